@@ -1,0 +1,52 @@
+"""The top-level experiment schema. Group nodes carry their own schemas (see store.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+
+@dataclass
+class ProfileConfig:
+    """How much text the activation profiler sees (measured models)."""
+
+    max_tokens: int = 16384  # tokens pushed through the model
+    seq_len: int = 128  # tokens per profiling sequence
+    samples_per_layer: int = 4096  # (hidden, mask) pairs kept per layer for predictors
+    trace_tokens: int = 256  # per-token masks kept (synthetic profiles draw this many)
+    batch_size: int = 16
+
+
+@dataclass
+class BenchConfig:
+    """How decode/prefill speed is measured."""
+
+    prompt_tokens: int = 64
+    new_tokens: int = 64
+    batch_size: int = 1
+    warmup: int = 1
+    repeats: int = 3
+    threads: int = 0  # 0: torch's default (all cores)
+    greedy: bool = True
+
+
+@dataclass
+class EvalConfig:
+    max_tokens: int = 16384  # held-out tokens for perplexity
+    seq_len: int = 128
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "default"
+    seed: int = 0
+    cache_dir: str | None = None  # default: powerbench.paths.cache_dir()
+    model: Any = MISSING
+    dataset: Any = MISSING
+    engine: Any = MISSING
+    tracking: Any = MISSING
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

@@ -1,0 +1,47 @@
+"""Registers every typed schema in Hydra's ConfigStore.
+
+Each config group's package exposes `SCHEMAS = {schema_name: dataclass}` in its
+`config` module; a group yaml selects its schema with
+`defaults: [/schema/<group>/<schema_name>@_here_, _self_]`, so unknown keys and
+wrong types fail at composition. Unknown *options* fail in Hydra itself, which lists
+the available ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hydra.core.config_store import ConfigStore
+
+from powerbench.config.schema import ExperimentConfig
+
+# config group -> module holding its SCHEMAS
+GROUP_MODULES: dict[str, str] = {
+    "model": "powerbench.models.config",
+    "dataset": "powerbench.data.config",
+    "engine": "powerbench.engine.config",
+    "tracking": "powerbench.tracking.config",
+    "hardware": "powerbench.hardware.config",
+    "solver": "powerbench.placement.config",
+    "predictor": "powerbench.predictors.config",
+}
+
+_registered = False
+
+
+def register_configs() -> None:
+    global _registered
+    if _registered:
+        return
+    cs = ConfigStore.instance()
+    cs.store(name="experiment_schema", node=ExperimentConfig)
+    for group, module_name in GROUP_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name == module_name:  # group not built yet
+                continue
+            raise
+        for name, node in module.SCHEMAS.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
+    _registered = True

@@ -1,0 +1,73 @@
+"""Typed schemas for the `model` config group (registered in Hydra's ConfigStore)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from powerbench.models.spec import FFNKind, WeightDType
+
+
+@dataclass
+class SpecConfig:
+    n_layers: int = MISSING
+    d_model: int = MISSING
+    d_ffn: int = MISSING
+    n_heads: int = MISSING
+    n_kv_heads: int = MISSING
+    ffn_kind: FFNKind = FFNKind.RELU
+    vocab_size: int = 50272
+    max_positions: int = 2048
+    n_experts: int = 1
+    experts_per_token: int = 1
+    parallel_attn: bool = False
+    tied_embeddings: bool = True
+
+
+@dataclass
+class StatsConfig:
+    token_sparsity: float = MISSING
+    block_skew: float | None = None
+    model_skew: float | None = None
+    cold_prefix_layers: int = 0
+    cold_prefix_active: float | None = None
+    source: str = ""
+
+
+@dataclass
+class TinyTrainConfig:
+    """How `tiny_relu` is trained (see powerbench.models.tiny_relu)."""
+
+    vocab_size: int = 4096
+    n_layers: int = 4
+    d_model: int = 256
+    d_ffn: int = 1024
+    n_heads: int = 4
+    seq_len: int = 128
+    batch_size: int = 32
+    steps: int = 1500
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    train_chars: int = 8_000_000
+    threads: int = 2
+    seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    """One model. `_target_` picks the loader; every loader returns a LoadedModel."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    hf_id: str | None = None  # hub id or a local directory
+    revision: str | None = None
+    dtype: WeightDType = WeightDType.FP32  # compute dtype for real weights
+    weight_dtype: WeightDType = WeightDType.FP16  # storage dtype assumed by shape-only costs
+    spec: SpecConfig | None = None  # shapes (shape-only models; real ones read their config)
+    stats: StatsConfig | None = None  # published sparsity statistics (synthetic profiles)
+    tiny: TinyTrainConfig | None = None
+
+
+SCHEMAS = {"shape": ModelConfig, "hub": ModelConfig, "tiny_relu": ModelConfig}
