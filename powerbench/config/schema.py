@@ -47,6 +47,9 @@ class ExperimentConfig:
     dataset: Any = MISSING
     engine: Any = MISSING
     tracking: Any = MISSING
+    hardware: Any = None  # optional stages: placement runs when hardware and solver are set
+    solver: Any = None
+    predictor: Any = None
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

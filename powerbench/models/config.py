@@ -16,7 +16,7 @@ class SpecConfig:
     d_ffn: int = MISSING
     n_heads: int = MISSING
     n_kv_heads: int = MISSING
-    ffn_kind: FFNKind = FFNKind.RELU
+    ffn_kind: FFNKind = FFNKind.relu
     vocab_size: int = 50272
     max_positions: int = 2048
     n_experts: int = 1
@@ -63,8 +63,8 @@ class ModelConfig:
     name: str = MISSING
     hf_id: str | None = None  # hub id or a local directory
     revision: str | None = None
-    dtype: WeightDType = WeightDType.FP32  # compute dtype for real weights
-    weight_dtype: WeightDType = WeightDType.FP16  # storage dtype assumed by shape-only costs
+    dtype: WeightDType = WeightDType.fp32  # compute dtype for real weights
+    weight_dtype: WeightDType = WeightDType.fp16  # storage dtype assumed by shape-only costs
     spec: SpecConfig | None = None  # shapes (shape-only models; real ones read their config)
     stats: StatsConfig | None = None  # published sparsity statistics (synthetic profiles)
     tiny: TinyTrainConfig | None = None

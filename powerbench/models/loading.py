@@ -67,11 +67,11 @@ def load_shape_model(cfg: ModelConfig | DictConfig | dict, **_: Any) -> LoadedMo
 # ---- real checkpoints ---------------------------------------------------------------
 
 _ACT_TO_FFN = {
-    ("opt", "relu"): FFNKind.RELU,
-    ("llama", "relu"): FFNKind.REGLU,
-    ("llama", "silu"): FFNKind.SWIGLU,
-    ("mistral", "relu"): FFNKind.REGLU,
-    ("mistral", "silu"): FFNKind.SWIGLU,
+    ("opt", "relu"): FFNKind.relu,
+    ("llama", "relu"): FFNKind.reglu,
+    ("llama", "silu"): FFNKind.swiglu,
+    ("mistral", "relu"): FFNKind.reglu,
+    ("mistral", "silu"): FFNKind.swiglu,
 }
 
 

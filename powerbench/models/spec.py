@@ -11,39 +11,42 @@ from enum import Enum
 
 
 class FFNKind(str, Enum):
-    """How the MLP block turns its input into neuron activations."""
+    """How the MLP block turns its input into neuron activations.
 
-    RELU = "relu"  # OPT: fc1 -> ReLU -> fc2 (2 matrices)
-    REGLU = "reglu"  # LLaMA-ReGLU: ReLU(gate) * up -> down (3 matrices)
-    DRELU = "drelu"  # Bamboo / TurboSparse: ReLU(gate) * ReLU(up) -> down
-    SWIGLU = "swiglu"  # dense baseline: SiLU(gate) * up -> down
+    Member names equal their values so configs can say `ffn_kind: relu`.
+    """
+
+    relu = "relu"  # OPT: fc1 -> ReLU -> fc2 (2 matrices)
+    reglu = "reglu"  # LLaMA-ReGLU: ReLU(gate) * up -> down (3 matrices)
+    drelu = "drelu"  # Bamboo / TurboSparse: ReLU(gate) * ReLU(up) -> down
+    swiglu = "swiglu"  # dense baseline: SiLU(gate) * up -> down
 
     @property
     def n_matrices(self) -> int:
-        return 2 if self is FFNKind.RELU else 3
+        return 2 if self is FFNKind.relu else 3
 
     @property
     def is_sparse(self) -> bool:
         """ReLU-family activations produce exact zeros."""
-        return self is not FFNKind.SWIGLU
+        return self is not FFNKind.swiglu
 
 
 class WeightDType(str, Enum):
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    INT8 = "int8"
-    INT4 = "int4"
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    int8 = "int8"
+    int4 = "int4"
 
 
 # Bytes per parameter *including* quantisation scales: int8/int4 follow llama.cpp's
 # Q8_0 / Q4_0 layouts (32 weights + one fp16 scale per block): 34/32 and 18/32 bytes.
 BYTES_PER_PARAM: dict[WeightDType, float] = {
-    WeightDType.FP32: 4.0,
-    WeightDType.FP16: 2.0,
-    WeightDType.BF16: 2.0,
-    WeightDType.INT8: 34 / 32,
-    WeightDType.INT4: 18 / 32,
+    WeightDType.fp32: 4.0,
+    WeightDType.fp16: 2.0,
+    WeightDType.bf16: 2.0,
+    WeightDType.int8: 34 / 32,
+    WeightDType.int4: 18 / 32,
 }
 
 
@@ -135,16 +138,16 @@ class ModelSpec:
         return self.n_layers * per_layer + self.embedding_params
 
     # ---- bytes ----------------------------------------------------------------------
-    def neuron_bytes(self, dtype: WeightDType | str = WeightDType.FP16) -> float:
+    def neuron_bytes(self, dtype: WeightDType | str = WeightDType.fp16) -> float:
         return self.params_per_neuron * bytes_per_param(dtype)
 
-    def ffn_bytes_per_layer(self, dtype: WeightDType | str = WeightDType.FP16) -> float:
+    def ffn_bytes_per_layer(self, dtype: WeightDType | str = WeightDType.fp16) -> float:
         return self.ffn_params_per_layer * bytes_per_param(dtype)
 
-    def attn_bytes_per_layer(self, dtype: WeightDType | str = WeightDType.FP16) -> float:
+    def attn_bytes_per_layer(self, dtype: WeightDType | str = WeightDType.fp16) -> float:
         return self.attn_params_per_layer * bytes_per_param(dtype)
 
-    def total_bytes(self, dtype: WeightDType | str = WeightDType.FP16) -> float:
+    def total_bytes(self, dtype: WeightDType | str = WeightDType.fp16) -> float:
         return self.total_params * bytes_per_param(dtype)
 
     def kv_cache_bytes(self, context: int, batch: int = 1, bytes_per_value: float = 2.0) -> float:

@@ -1,0 +1,89 @@
+"""`powerbench`: the Hydra app (default), plus a few subcommands.
+
+    powerbench [hydra overrides...]          run one experiment (or --multirun a sweep)
+    powerbench bench-operators [--quick]     sparse operator benchmark
+    powerbench bench-solver                  placement solver scale benchmark
+    powerbench ui                            print the command that opens MLflow's dashboard
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from powerbench.config import register_configs
+
+log = logging.getLogger("powerbench")
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def _results_table(metrics: dict[str, float], notes: list[str]) -> str:
+    width = max((len(k) for k in metrics), default=10)
+    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  {'-' * 14}"]
+    for key in sorted(metrics):
+        value = metrics[key]
+        shown = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.4e}"
+        lines.append(f"{key:<{width}}  {shown}")
+    return "\n".join(notes + [""] + lines)
+
+
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from powerbench.pipeline import run_experiment
+    from powerbench.tracking import ui_command
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    ctx = run_experiment(cfg, out_dir)
+    print("\n" + _results_table(ctx.metrics, ctx.notes))
+    print(f"\nresults: {out_dir}/metrics.json")
+    if ctx.tracker.enabled:
+        print(f"MLflow run {ctx.tracker.run_id} in experiment '{ctx.tracker.experiment}'.")
+        print(f"Open the dashboard with:\n  {ui_command(ctx.tracker.uri)}")
+
+
+def _ui(argv: list[str]) -> None:
+    from powerbench.tracking import default_tracking_uri, ui_command
+
+    print(ui_command(argv[0] if argv else default_tracking_uri()))
+
+
+def _bench_operators(argv: list[str]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import bench_operators  # noqa: PLC0415
+
+    bench_operators.main(argv)
+
+
+def _bench_solver(argv: list[str]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import bench_solver  # noqa: PLC0415
+
+    bench_solver.main(argv)
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], None]] = {
+    "ui": _ui,
+    "bench-operators": _bench_operators,
+    "bench-solver": _bench_solver,
+}
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        SUBCOMMANDS[sys.argv[1]](sys.argv[2:])
+        return
+    register_configs()
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

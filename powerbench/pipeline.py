@@ -1,0 +1,187 @@
+"""The experiment pipeline: model -> data -> profile -> placement -> engine -> evaluation.
+
+Each stage is a small function; every stage's metrics are logged to MLflow and written
+to `<hydra output dir>/metrics.json` as soon as they exist, so a later failure loses
+nothing already measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from powerbench.paths import cache_dir
+from powerbench.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunContext:
+    cfg: DictConfig
+    cache: Path
+    out_dir: Path
+    tracker: Tracker
+    metrics: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def record(self, metrics: dict[str, float]) -> None:
+        """Keep, log and persist metrics right away."""
+        clean = {k: float(v) for k, v in metrics.items() if v is not None}
+        self.metrics.update(clean)
+        self.tracker.log_metrics(clean)
+        (self.out_dir / "metrics.json").write_text(json.dumps(self.metrics, indent=1))
+
+    def artifact(self, path: Path, subdir: str | None = None) -> None:
+        self.tracker.log_artifact(path, subdir)
+
+    def note(self, text: str) -> None:
+        log.info(text)
+        self.notes.append(text)
+
+
+def build(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
+    """Call a config node's `_target_` with the node itself (typed schema) first."""
+    return get_method(node._target_)(node, *args, **kwargs)
+
+
+def timed(ctx: RunContext, stage: str, fn: Callable[[], Any]) -> Any:
+    start = time.perf_counter()
+    value = fn()
+    ctx.record({f"stage_{stage}_s": time.perf_counter() - start})
+    return value
+
+
+# ---- stages ------------------------------------------------------------------------------
+
+def stage_model(ctx: RunContext):
+    from powerbench.models.loading import LoadedModel
+
+    loaded: LoadedModel = build(ctx.cfg.model, cache_dir=ctx.cache)
+    spec = loaded.spec
+    ctx.tracker.set_tags({"model_source": loaded.source, "ffn_kind": spec.ffn_kind.value})
+    ctx.record({"model_params": spec.total_params, "model_layers": spec.n_layers,
+                "model_d_ffn": spec.d_ffn})
+    report_fn = getattr(loaded, "report", None)
+    if report_fn:
+        ctx.record(report_fn)
+    return loaded
+
+
+def stage_data(ctx: RunContext):
+    from powerbench.data import load_texts
+
+    split = load_texts(ctx.cfg.dataset)
+    ctx.record({"dataset_train_docs": len(split.train), "dataset_heldout_docs": len(split.heldout)})
+    return split
+
+
+def stage_profile(ctx: RunContext, loaded, split):
+    from powerbench.profiling.profile import ActivationProfile
+
+    if loaded.has_weights:
+        from powerbench.profiling.store import load_or_profile
+
+        profile, hit = load_or_profile(loaded, split.train, ctx.cfg.profile,
+                                       split.name, ctx.cache)
+        ctx.note(f"activation profile: measured on {profile.n_tokens} tokens "
+                 f"({'cache hit' if hit else 'profiled now'})")
+    else:
+        from powerbench.profiling.synthetic import synthetic_profile
+
+        profile = synthetic_profile(loaded.spec, trace_tokens=ctx.cfg.profile.trace_tokens,
+                                    seed=ctx.cfg.seed)
+        ctx.note("activation profile: SYNTHETIC, fitted to published statistics "
+                 f"({loaded.spec.stats.source if loaded.spec.stats else 'defaults'})")
+    assert isinstance(profile, ActivationProfile)
+    ctx.tracker.set_tags({"profile_source": profile.source})
+    ctx.record(profile.summary())
+    table = ctx.out_dir / "profile_layers.csv"
+    rows = ["layer,neurons,sparsity,skew_top80_share"] + [
+        f"{layer.index},{layer.n_neurons},{layer.sparsity:.6f},{layer.skew(0.8):.6f}"
+        for layer in profile.layers]
+    table.write_text("\n".join(rows) + "\n")
+    ctx.artifact(table, "profile")
+    return profile
+
+
+def stage_placement(ctx: RunContext, loaded, profile):
+    from powerbench.hardware import load_hardware
+    from powerbench.placement import solve
+
+    hardware = load_hardware(ctx.cfg.hardware)
+    placement = solve(ctx.cfg.solver, loaded.spec, profile, hardware,
+                      weight_dtype=ctx.cfg.model.weight_dtype)
+    ctx.record(placement.metrics(profile))
+    for path in placement.write_artifacts(ctx.out_dir / "placement", profile):
+        ctx.artifact(path, "placement")
+    return placement
+
+
+def stage_engine(ctx: RunContext, loaded, split):
+    from powerbench.engine import run_engine
+
+    result = run_engine(ctx.cfg.engine, loaded, split.heldout, ctx.cfg.bench)
+    ctx.record(result.metrics)
+    if getattr(result, "texts", None):
+        ctx.tracker.log_text("\n\n---\n\n".join(result.texts), "engine/samples.txt")
+    return result
+
+
+def stage_eval(ctx: RunContext, loaded, split):
+    from powerbench.evaluation import hf_logits_fn, perplexity, token_windows
+
+    windows = token_windows(loaded.tokenizer, split.heldout, ctx.cfg.eval.seq_len,
+                            ctx.cfg.eval.max_tokens)
+    result = perplexity(hf_logits_fn(loaded.model), windows)
+    ctx.record({"perplexity": result.perplexity, "eval_tokens": result.tokens})
+    return result
+
+
+# ---- driver -------------------------------------------------------------------------------
+
+def run_experiment(cfg: DictConfig, out_dir: Path) -> RunContext:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tracker: Tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
+                               enabled=cfg.tracking.enabled)
+    cache = cache_dir(cfg.cache_dir)
+    choices = _choices(cfg)
+    run_name = "-".join(str(v) for v in choices.values() if v is not None)
+    ctx = RunContext(cfg=cfg, cache=cache, out_dir=out_dir, tracker=tracker)
+    with tracker.run(run_name, tags={f"cfg_{k}": str(v) for k, v in choices.items()}):
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        tracker.log_params(resolved)
+        tracker.log_artifact(out_dir / "config.yaml")
+
+        loaded = timed(ctx, "model", lambda: stage_model(ctx))
+        split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
+        profile = timed(ctx, "profile", lambda: stage_profile(ctx, loaded, split))
+        if cfg.get("solver") is not None and cfg.get("hardware") is not None:
+            timed(ctx, "placement", lambda: stage_placement(ctx, loaded, profile))
+        if loaded.has_weights:
+            timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split))
+            timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split))
+        else:
+            ctx.note(f"engine and evaluation skipped: {loaded.spec.name} is shape-only "
+                     "(no weights on this machine)")
+    return ctx
+
+
+def _choices(cfg: DictConfig) -> dict[str, str | None]:
+    """The chosen option of each config group, e.g. {"model": "tiny_relu", ...}."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+        return {k: v for k, v in choices.items() if "/" not in k and "@" not in k}
+    except ValueError:
+        return {g: (cfg.get(g) or {}).get("name") for g in ("model", "engine")}

@@ -1,0 +1,71 @@
+"""Every config option composes against its typed schema; mistakes fail at composition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from powerbench.cli import CONF_DIR
+from powerbench.config import register_configs
+
+GROUPS = sorted(p.name for p in Path(CONF_DIR).iterdir() if p.is_dir())
+OPTIONS = [(g, f.stem) for g in GROUPS if g != "experiment"
+           for f in sorted((Path(CONF_DIR) / g).glob("*.yaml"))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hydra():
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        yield
+
+
+def test_default_composes():
+    cfg = compose(config_name="config")
+    assert cfg.model.name == "tiny_relu"
+    assert OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes(group, option):
+    cfg = compose(config_name="config", overrides=[f"{group}={option}"])
+    node = cfg[group]
+    assert node._target_, f"{group}/{option} has no _target_"
+    OmegaConf.to_container(node, resolve=True)
+
+
+@pytest.mark.parametrize("group", [g for g in GROUPS if g != "experiment"])
+def test_group_yaml_declares_a_schema(group):
+    for path in (Path(CONF_DIR) / group).glob("*.yaml"):
+        text = path.read_text()
+        assert f"/schema/{group}/" in text, f"{path} does not select a typed schema"
+
+
+def test_unknown_option_lists_valid_choices():
+    with pytest.raises(MissingConfigException) as err:
+        compose(config_name="config", overrides=["model=tiny_reul"])
+    message = str(err.value)
+    assert "tiny_relu" in message and "opt_30b" in message
+
+
+def test_unknown_key_fails():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(config_name="config", overrides=["model.d_modle=3"])
+    assert isinstance(err.value.__cause__, ConfigKeyError)
+
+
+def test_wrong_type_fails():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(config_name="config", overrides=["bench.new_tokens=many"])
+    assert isinstance(err.value.__cause__, ValidationError)
+
+
+def test_bad_enum_lists_valid_values():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(config_name="config", overrides=["model.weight_dtype=fp12"])
+    assert "int4" in str(err.value.__cause__)
