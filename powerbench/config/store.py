@@ -15,15 +15,15 @@ from hydra.core.config_store import ConfigStore
 
 from powerbench.config.schema import ExperimentConfig
 
-# config group -> module holding its SCHEMAS
-GROUP_MODULES: dict[str, str] = {
-    "model": "powerbench.models.config",
-    "dataset": "powerbench.data.config",
-    "engine": "powerbench.engine.config",
-    "tracking": "powerbench.tracking.config",
-    "hardware": "powerbench.hardware.config",
-    "solver": "powerbench.placement.config",
-    "predictor": "powerbench.predictors.config",
+# config group -> modules holding its SCHEMAS
+GROUP_MODULES: dict[str, tuple[str, ...]] = {
+    "model": ("powerbench.models.config",),
+    "dataset": ("powerbench.data.config",),
+    "engine": ("powerbench.engine.config", "powerbench.simulator.config"),
+    "tracking": ("powerbench.tracking.config",),
+    "hardware": ("powerbench.hardware.config",),
+    "solver": ("powerbench.placement.config",),
+    "predictor": ("powerbench.predictors.config",),
 }
 
 _registered = False
@@ -35,13 +35,14 @@ def register_configs() -> None:
         return
     cs = ConfigStore.instance()
     cs.store(name="experiment_schema", node=ExperimentConfig)
-    for group, module_name in GROUP_MODULES.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name == module_name:  # group not built yet
-                continue
-            raise
-        for name, node in module.SCHEMAS.items():
-            cs.store(group=f"schema/{group}", name=name, node=node)
+    for group, module_names in GROUP_MODULES.items():
+        for module_name in module_names:
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as err:
+                if module_name.startswith(str(err.name)):  # package not built yet
+                    continue
+                raise
+            for name, node in module.SCHEMAS.items():
+                cs.store(group=f"schema/{group}", name=name, node=node)
     _registered = True
