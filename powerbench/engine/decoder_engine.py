@@ -1,0 +1,82 @@
+"""`DecoderEngine`: our decoder loop, timed. Dense with `DenseFFN`; sparse with another FFN.
+
+The FFN comes from the engine config's `ffn` node (`_target_` + parameters), built as
+`Target(weights=<DecoderWeights>, **params, **accepted_context)`. An FFN may offer
+`metrics() -> dict[str, float]` (e.g. active-neuron share, GPU/CPU neuron-load split);
+those are merged into the result's metrics after the timed runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from powerbench.engine.base import (
+    EngineResult,
+    SamplingParams,
+    eos_token_ids,
+    make_result,
+    model_device,
+    model_dtype,
+    torch_dtype,
+)
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.ffn import FFNObserver
+from powerbench.engine.targets import instantiate
+from powerbench.engine.timing import RunTiming, StepClock, measure
+from powerbench.engine.weights import extract_weights
+
+if TYPE_CHECKING:
+    from powerbench.config.schema import BenchConfig
+    from powerbench.models.loading import LoadedModel
+
+DENSE_FFN = {"_target_": "powerbench.engine.ffn.DenseFFN"}
+
+
+class DecoderEngine:
+    def __init__(self, name: str = "dense", ffn: Mapping[str, Any] | None = None,
+                 dtype: str | None = None, device: str | None = None,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: int = 0) -> None:
+        self.name = name
+        self.ffn_cfg = dict(ffn) if ffn is not None else dict(DENSE_FFN)
+        self.dtype = dtype
+        self.device = device
+        self.sampling = SamplingParams(temperature, top_k, top_p, seed)
+
+    def build_decoder(self, loaded: LoadedModel, observer: FFNObserver | None = None,
+                      **context: Any) -> Decoder:
+        model = loaded.model
+        if model is None:
+            raise ValueError(f"{loaded.spec.name} has no weights (shape-only model)")
+        weights = extract_weights(
+            model,
+            dtype=torch_dtype(self.dtype, model_dtype(model)),
+            device=torch.device(self.device) if self.device else model_device(model),
+        )
+        ffn = instantiate(self.ffn_cfg, context={"loaded": loaded, **context}, weights=weights)
+        return Decoder(weights, ffn=ffn, observer=observer)
+
+    def run(self, loaded: LoadedModel, input_ids: Tensor, bench: BenchConfig,
+            observer: FFNObserver | None = None, **context: Any) -> EngineResult:
+        decoder = self.build_decoder(loaded, observer=observer, **context)
+        device = decoder.device
+        sampling = self.sampling.config(bench.greedy, eos_token_ids(loaded.model))
+        ids = input_ids.to(device)
+
+        def once() -> tuple[RunTiming, Tensor]:
+            clock = StepClock(device)
+            gen = decoder.generate(ids, bench.new_tokens, sampling, clock=clock)
+            return clock.timing(), gen.tokens
+
+        with torch.inference_mode():
+            runs, tokens = measure(once, bench.warmup, bench.repeats)
+        result = make_result(self.name, runs, tokens, loaded.tokenizer, bench,
+                             prompt_tokens=ids.shape[1], dtype=decoder.w.dtype, device=device)
+        ffn_metrics = getattr(decoder.ffn, "metrics", None)
+        if callable(ffn_metrics):
+            result.metrics.update(ffn_metrics())
+        return result
