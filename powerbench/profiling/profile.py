@@ -13,6 +13,21 @@ import numpy as np
 
 ProfileSource = Literal["measured", "synthetic"]
 
+# Bit order of every packed mask (np.packbits along the neuron axis): neuron n is bit
+# n % 8 of byte n // 8.
+BITORDER: Literal["little"] = "little"
+
+
+def pack_masks(masks: np.ndarray) -> np.ndarray:
+    """bool [rows, neurons] -> uint8 [rows, ceil(neurons / 8)] (8x smaller)."""
+    return np.packbits(np.asarray(masks, dtype=bool), axis=-1, bitorder=BITORDER)
+
+
+def unpack_masks(packed: np.ndarray, n_neurons: int) -> np.ndarray:
+    """Inverse of `pack_masks`: uint8 [rows, ceil(neurons / 8)] -> bool [rows, neurons]."""
+    bits = np.unpackbits(packed, axis=-1, count=n_neurons, bitorder=BITORDER)
+    return bits.astype(bool, copy=False)
+
 
 def coverage_share(counts: np.ndarray, coverage: float = 0.8) -> float:
     """Smallest share of neurons whose activations cover `coverage` of all activations.
@@ -32,10 +47,19 @@ def coverage_share(counts: np.ndarray, coverage: float = 0.8) -> float:
 class LayerProfile:
     """One FFN block.
 
-    counts[n]           how many of the profiled tokens activated neuron n
-    token_active[t]     active fraction of the block's neurons for token t
-    hidden[s, d_model]  FFN input hidden states (measured profiles only; predictor training)
-    masks[s, neurons]   bool active masks for the same samples (synthetic: drawn traces)
+    counts[n]           how many of the profiled tokens activated neuron n (int64)
+    token_active[t]     active fraction of the block's neurons for token t (float32)
+    hidden[s, d_model]  FFN input hidden states, fp16 (measured profiles only; predictor
+                        training). Sample s sits at the same token position in every
+                        layer: `ActivationProfile.sample_positions[s]`.
+    masks[s, neurons]   bool active masks for the same samples (measured profiles only;
+                        synthetic profiles have no hidden states, so no samples: None).
+    trace[t, bytes]     `trace_tokens` CONSECUTIVE per-token active masks, bit-packed with
+                        `pack_masks` (uint8 [T, ceil(neurons / 8)]); read them with
+                        `trace_masks()`. Measured: the first T profiled tokens; synthetic:
+                        T tokens drawn from the fitted per-neuron probabilities. Packed
+                        because OPT-175B's 96 x 49152 neurons x 256 tokens would be 1.2 GB
+                        of bools (151 MB packed).
     """
 
     index: int
@@ -44,6 +68,7 @@ class LayerProfile:
     token_active: np.ndarray
     hidden: np.ndarray | None = None
     masks: np.ndarray | None = None
+    trace: np.ndarray | None = None
 
     @property
     def n_neurons(self) -> int:
@@ -65,6 +90,16 @@ class LayerProfile:
     def skew(self, coverage: float = 0.8) -> float:
         return coverage_share(self.counts, coverage)
 
+    @property
+    def trace_tokens(self) -> int:
+        return 0 if self.trace is None else int(self.trace.shape[0])
+
+    def trace_masks(self, start: int = 0, stop: int | None = None) -> np.ndarray | None:
+        """bool [tokens, neurons] per-token masks of trace tokens [start, stop) (unpacked)."""
+        if self.trace is None:
+            return None
+        return unpack_masks(self.trace[start:stop], self.n_neurons)
+
 
 @dataclass
 class ActivationProfile:
@@ -74,10 +109,25 @@ class ActivationProfile:
     n_tokens: int
     layers: list[LayerProfile]
     meta: dict = field(default_factory=dict)
+    # Global token index (position in the profiled token stream) of each (hidden, mask)
+    # sample; shared by all layers. None when there are no samples (synthetic).
+    sample_positions: np.ndarray | None = None
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def trace_tokens(self) -> int:
+        """Number of consecutive per-token masks kept (same in every layer)."""
+        return min((layer.trace_tokens for layer in self.layers), default=0)
+
+    def trace_step(self, t: int) -> list[np.ndarray]:
+        """Trace token t's bool active mask in every layer (what the simulator replays)."""
+        masks = [layer.trace_masks(t, t + 1) for layer in self.layers]
+        if any(m is None for m in masks):
+            raise ValueError("profile has no traces")
+        return [m[0] for m in masks]  # type: ignore[index]
 
     def frequencies(self) -> np.ndarray:
         """[n_layers, neurons] activation probabilities."""

@@ -1,0 +1,80 @@
+"""Where each architecture's FFN lives, and when one of its neurons counts as active.
+
+A neuron is *active* for a token iff its coefficient on the down projection is nonzero,
+i.e. the neuron's down-projection column contributes to the output:
+
+- ReLU (OPT: fc1 -> ReLU -> fc2):           active <=> fc1(x)_n > 0
+- ReGLU (LLaMA-ReGLU: relu(gate) * up):     active <=> gate(x)_n > 0 (up(x)_n == 0 exactly
+  has probability zero, and a sparse kernel must load the neuron whenever relu(gate) > 0)
+- dReLU (Bamboo, TurboSparse: relu(gate) * relu(up)): active <=> gate(x)_n > 0 AND up(x)_n > 0
+
+So every rule is "all of these probe Linear layers output > 0", and every probe sees the
+FFN input hidden state (after the block's pre-FFN layer norm) as its forward input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from powerbench.models.spec import FFNKind
+
+# Probe roles whose outputs must all be > 0 for a neuron to be active.
+ACTIVE_RULES: dict[FFNKind, tuple[str, ...]] = {
+    FFNKind("relu"): ("in",),
+    FFNKind("reglu"): ("gate",),
+    FFNKind("drelu"): ("gate", "up"),
+}
+
+ACTIVE_DEFINITIONS: dict[FFNKind, str] = {
+    FFNKind("relu"): "fc1(x) > 0",
+    FFNKind("reglu"): "gate(x) > 0",
+    FFNKind("drelu"): "gate(x) > 0 and up(x) > 0",
+}
+
+
+@dataclass(frozen=True)
+class FFNAdapter:
+    """How to reach one architecture's decoder layers and FFN probe Linear layers."""
+
+    layers: Callable[[Any], Sequence[Any]]  # body -> decoder layers
+    probes: Callable[[Any], dict[str, Any]]  # decoder layer -> role -> nn.Linear
+
+    @staticmethod
+    def body(model: Any) -> Any:
+        """The transformer without the LM head (what we run: no logits needed)."""
+        return getattr(model, "model", model)
+
+
+def _opt_probes(layer: Any) -> dict[str, Any]:
+    return {"in": layer.fc1}
+
+
+def _gated_probes(layer: Any) -> dict[str, Any]:
+    return {"gate": layer.mlp.gate_proj, "up": layer.mlp.up_proj}
+
+
+_LLAMA_LIKE = FFNAdapter(layers=lambda body: body.layers, probes=_gated_probes)
+
+ADAPTERS: dict[str, FFNAdapter] = {
+    "opt": FFNAdapter(layers=lambda body: body.decoder.layers, probes=_opt_probes),
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+}
+
+
+def adapter_for(model: Any) -> FFNAdapter:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in ADAPTERS:
+        raise ValueError(f"no FFN adapter for model_type {model_type!r}; supported: "
+                         f"{sorted(ADAPTERS)} (add one to powerbench.profiling.adapters)")
+    return ADAPTERS[model_type]
+
+
+def active_rule(kind: FFNKind) -> tuple[str, ...]:
+    kind = FFNKind(kind)
+    if kind not in ACTIVE_RULES:
+        raise ValueError(f"FFN kind {kind.value!r} has no exact zeros to profile; "
+                         f"profilable kinds: {[k.value for k in ACTIVE_RULES]}")
+    return ACTIVE_RULES[kind]
