@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from powerbench.cli import CONF_DIR
 from powerbench.config import register_configs
@@ -56,7 +56,9 @@ def test_unknown_option_lists_valid_choices():
 def test_unknown_key_fails():
     with pytest.raises(ConfigCompositionException) as err:
         compose(config_name="config", overrides=["model.d_modle=3"])
-    assert isinstance(err.value.__cause__, ConfigKeyError)
+    cause = err.value.__cause__
+    assert isinstance(cause, ConfigAttributeError | ConfigKeyError)
+    assert "d_modle" in str(cause)
 
 
 def test_wrong_type_fails():

@@ -1,0 +1,195 @@
+"""The `local` hardware profile: the running machine, measured and cached.
+
+`load_local(cfg)` returns the cached profile from `<cache_dir>/hardware/local.json` when
+its checksum is intact and its machine fingerprint matches this machine; otherwise (or
+with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
+(a few seconds) and stores the result with the date and fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from powerbench.cache import ArtifactCache, stable_hash
+from powerbench.hardware import microbench as mb
+from powerbench.hardware.config import LocalHardwareConfig
+from powerbench.hardware.load import plain_node
+from powerbench.hardware.profile import (
+    ComputeUnit,
+    CoreCluster,
+    HardwareProfile,
+    Link,
+    MemoryTier,
+)
+from powerbench.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+
+def as_local_config(cfg: LocalHardwareConfig | DictConfig | dict | None) -> LocalHardwareConfig:
+    if isinstance(cfg, LocalHardwareConfig):
+        return cfg
+    merged = OmegaConf.merge(OmegaConf.structured(LocalHardwareConfig), plain_node(cfg or {}))
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+# ---- facts about this machine -------------------------------------------------------------
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes (empty off Linux)."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[key] = int(parts[0]) * (1024 if parts[-1] == "kB" else 1)
+    except OSError:
+        pass
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def machine_facts() -> dict[str, Any]:
+    """What identifies the machine (the fingerprint hashes these)."""
+    mem = _meminfo()
+    facts: dict[str, Any] = {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "cpu_model": _cpu_model(),
+        "logical_cpus": os.cpu_count() or 1,
+        "usable_cpus": _usable_cpus(),
+        "mem_total_gb": round(mem.get("MemTotal", 0) / 1e9),
+        "gpus": mb.cuda_device_names(),
+    }
+    return facts
+
+
+def fingerprint(facts: dict[str, Any] | None = None) -> str:
+    return stable_hash(facts if facts is not None else machine_facts())
+
+
+def _thread_counts(cfg: LocalHardwareConfig, ncpu: int) -> list[int]:
+    if cfg.threads:
+        return sorted({max(1, int(t)) for t in cfg.threads})
+    counts, t = [], 1
+    while t < ncpu:
+        counts.append(t)
+        t *= 2
+    return counts + [ncpu]
+
+
+# ---- measurement --------------------------------------------------------------------------
+def measure_local(cfg: LocalHardwareConfig | DictConfig | dict | None = None) -> HardwareProfile:
+    """Run the microbenchmarks now (no cache)."""
+    c = as_local_config(cfg)
+    t0 = time.perf_counter()
+    facts = machine_facts()
+    ncpu = facts["usable_cpus"]
+    mem = _meminfo()
+    total = float(mem.get("MemTotal", 0))
+    available = float(mem.get("MemAvailable", total))
+
+    read_bw = max(mb.memory_read_bw(c.mem_mb, threads=t, repeats=c.repeats)
+                  for t in sorted({1, ncpu}))
+    gemv = {t: mb.gemv_flops(c.gemv_dim, threads=t, repeats=c.repeats)
+            for t in _thread_counts(c, ncpu)}
+    gemm = mb.gemm_flops(c.gemm_dim, threads=ncpu, repeats=c.repeats)
+    thread_sync = mb.thread_sync_latency(c.sync_iters)
+    dispatch = mb.op_dispatch_latency()
+
+    memories = {"dram": MemoryTier(
+        name="dram", kind="dram", capacity_bytes=total, reserved_bytes=max(total - available, 0),
+        peak_bw=None, effective_bw=read_bw, extra={"available_at_measurement": available},
+    )}
+    units = {"cpu": ComputeUnit(
+        name="cpu", kind="cpu", model=facts["cpu_model"], memory="dram",
+        clusters=(CoreCluster(name="all", cores=ncpu),), effective_flops=gemm,
+        gemv_flops=gemv,
+    )}
+    accelerator, link = None, None
+    sync_s, launch_s = thread_sync, dispatch
+    meta: dict[str, Any] = {"hostname": socket.gethostname(), "facts": facts}
+    if c.cuda and mb.cuda_available():
+        info = mb.cuda_device_info()
+        bw = mb.cuda_copy_bw(c.cuda_copy_mb, repeats=c.repeats)
+        memories["vram"] = MemoryTier(
+            name="vram", kind="vram", capacity_bytes=float(info["total_bytes"]),
+            reserved_bytes=float(info["total_bytes"]) - float(info["free_bytes"]),
+            peak_bw=None, effective_bw=bw["d2d"],
+        )
+        units["gpu"] = ComputeUnit(name="gpu", kind="gpu", model=str(info["name"]),
+                                   memory="vram", compute_units=int(info["sm_count"]))
+        link = Link(kind="pcie", h2d_peak_bw=None, h2d_effective_bw=bw["h2d"],
+                    d2h_peak_bw=None, d2h_effective_bw=bw["d2h"])
+        accelerator = "gpu"
+        sync_s, launch_s = mb.cuda_sync_latency(), mb.cuda_launch_latency()
+    meta["measure_seconds"] = time.perf_counter() - t0
+    return HardwareProfile(
+        name=c.name, description=f"measured: {facts['cpu_model']}"
+        + (f" + {units['gpu'].model}" if accelerator else ""),
+        memories=memories, units=units, host="cpu", accelerator=accelerator, link=link,
+        sync_s=sync_s, launch_s=launch_s, thread_sync_s=thread_sync, source="measured",
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        fingerprint=fingerprint(facts), meta=meta,
+    )
+
+
+# ---- cache --------------------------------------------------------------------------------
+def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
+    if c.cache_file:
+        path = Path(c.cache_file)
+        return ArtifactCache(path.parent, suffix=path.suffix), path.stem
+    return ArtifactCache(cache_dir() / "hardware", suffix=".json"), "local"
+
+
+def load_local(cfg: LocalHardwareConfig | DictConfig | dict | None = None,
+               **_: Any) -> HardwareProfile:
+    """The `_target_` of conf/hardware/local.yaml: cached profile or a fresh measurement."""
+    c = as_local_config(cfg)
+    cache, key = _cache(c)
+    current = fingerprint()
+    if not c.remeasure and cache.valid(key):
+        try:
+            record = json.loads(cache.path(key).read_text())
+            if record.get("fingerprint") == current:
+                profile = HardwareProfile.from_dict(record["profile"])
+                log.info("hardware: local profile from %s (measured %s)", cache.path(key),
+                         record.get("date"))
+                return profile
+            log.info("hardware: cached local profile is for another machine; remeasuring")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
+    profile = measure_local(c)
+    record = {"date": profile.measured_at, "fingerprint": profile.fingerprint,
+              "profile": profile.to_dict()}
+    cache.store(key, lambda p: p.write_text(json.dumps(record, indent=1)),
+                meta={"date": profile.measured_at, "fingerprint": profile.fingerprint})
+    log.info("hardware: measured local profile in %.1f s -> %s",
+             profile.meta.get("measure_seconds", 0.0), cache.path(key))
+    return profile

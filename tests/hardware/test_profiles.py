@@ -1,0 +1,104 @@
+"""Every hardware yaml validates against its schema and states the design section 3 facts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError
+
+from powerbench.config import register_configs
+from powerbench.hardware import HardwareProfile, hardware_config, load_hardware
+from powerbench.hardware.static import from_config
+from powerbench.paths import repo_root
+
+CONF = str(repo_root() / "conf")
+STATIC = sorted(p.stem for p in (Path(CONF) / "hardware").glob("*.yaml") if p.stem != "local")
+GB = 1e9
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hydra():
+    register_configs()
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        yield
+
+
+def test_the_issue_machines_exist():
+    assert set(STATIC) >= {"pc_high", "pc_low", "a100", "oneplus12", "oneplus_ace2"}
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_yaml_validates_and_is_self_consistent(name):
+    cfg = compose(config_name="config", overrides=[f"hardware={name}"])
+    hw = load_hardware(cfg.hardware)
+    assert isinstance(hw, HardwareProfile) and hw.name == name and hw.source == "static"
+    for tier in hw.memories.values():
+        assert tier.capacity_bytes > 0 and 0 < tier.usable_bytes <= tier.capacity_bytes
+        assert tier.effective_bw > 0
+        assert tier.peak_bw is None or tier.effective_bw <= tier.peak_bw
+    for unit in hw.units.values():
+        assert hw.bandwidth(unit) <= hw.bandwidth(unit, effective=False)
+        peak = max(p for p in (unit.peak_fp32_flops, unit.peak_fp16_flops, unit.peak_int8_ops,
+                               0.0) if p is not None)
+        assert peak > 0
+        assert unit.effective_flops is None or unit.effective_flops <= peak
+    assert hw.cpu.cores > 0 and hw.cpu.peak_fp32_flops > 0
+    assert hw.has_accelerator and hw.gpu_bw > hw.cpu_bw  # the accelerator reads faster
+    assert 0 < hw.sync_s < 1e-3 and 0 < hw.launch_s < 1e-3
+    if hw.link is not None:
+        for eff, peak in ((hw.link.h2d_effective_bw, hw.link.h2d_peak_bw),
+                          (hw.link.d2h_effective_bw, hw.link.d2h_peak_bw)):
+            assert 0 < eff <= peak
+    # raw-yaml loading (no Hydra) gives the same profile
+    assert load_hardware(name) == hw
+    assert HardwareProfile.from_dict(hw.to_dict()) == hw
+
+
+def test_design_section_3_facts():
+    high, low = load_hardware("pc_high"), load_hardware("pc_low")
+    assert high.gpu.model.endswith("RTX 4090") and high.memory_of(high.gpu).capacity_bytes == 24 * GB
+    assert high.bandwidth(high.gpu, effective=False) == 1008 * GB
+    assert high.memory_of(high.cpu).capacity_bytes == 192 * GB
+    assert high.bandwidth(high.cpu, effective=False) == pytest.approx(67.2 * GB)
+    assert high.gpu.peak_fp16_flops == pytest.approx(165.2e12)
+    assert high.link.h2d_peak_bw + high.link.d2h_peak_bw == pytest.approx(63 * GB)  # 64 raw
+    assert [c.cores for c in high.cpu.clusters] == [8, 16]
+    assert low.memory_of(low.gpu).capacity_bytes == 11 * GB
+    assert low.bandwidth(low.gpu, effective=False) == 616 * GB
+    assert low.bandwidth(low.cpu, effective=False) == pytest.approx(38.4 * GB)
+    assert low.memory_of(low.cpu).capacity_bytes == 64 * GB
+    a100 = load_hardware("a100")
+    assert a100.gpu.peak_fp16_flops == pytest.approx(312e12)
+    assert a100.memory_of(a100.gpu).capacity_bytes == 80 * GB
+    phone = load_hardware("oneplus12")
+    assert phone.unified and phone.link is None and phone.gpu.kind == "npu"
+    assert phone.cpu_capacity == pytest.approx(19 * GB)
+    assert phone.cpu_bw == pytest.approx(43.9 * GB) and phone.gpu_bw == pytest.approx(56 * GB)
+    assert [c.cores for c in phone.cpu.clusters] == [1, 5, 2]
+    assert phone.memories["flash"].extra["rand_read_4k_128m_gb_s"] == 1.0
+    ace2 = load_hardware("oneplus_ace2")
+    assert ace2.cpu_capacity == pytest.approx(11 * GB) and ace2.unified
+
+
+def test_unknown_key_and_bad_numbers_fail():
+    node = hardware_config("pc_high")
+    node.memories.dram.capcity_gb = 1
+    with pytest.raises(ConfigKeyError):
+        from_config(node)
+    with pytest.raises(ConfigCompositionException):
+        compose(config_name="config", overrides=["hardware=pc_high", "hardware.sync_us=fast"])
+    node = hardware_config("pc_high")
+    node.memories.vram.effective_bw_gb_s = 2000
+    with pytest.raises(ValueError, match="exceeds the peak"):
+        from_config(node)
+    node = hardware_config("pc_high")
+    node.units.gpu.memory = "hbm"
+    with pytest.raises(ValueError, match="not a tier"):
+        from_config(node)
+    hw = load_hardware("pc_high")
+    with pytest.raises(ValueError, match="needs a `link`"):
+        replace(hw, link=None)
