@@ -1,0 +1,294 @@
+"""`engine=hybrid`: PowerInfer's hybrid FFN, measured. Hot neurons on the GPU through the
+CUDA extension, cold neurons on the CPU through the C++ extension, computed CONCURRENTLY
+per layer and merged on the GPU, following the placement (`solver=...`, `hardware=...`).
+
+Per layer and forward (x on the GPU, attention and KV cache on the GPU):
+
+    1. active set: the predictor's mask (or the oracle / every neuron), union over rows
+    2. copy stream: x and the CPU part of the union -> pinned host memory (after 1)
+    3. main stream: the GPU part, sparse_cuda with a device-side Threshold (no host sync)
+    4. host: wait for 2 only, run the CPU part with sparse_cpu while 3 runs on the GPU
+    5. y = y_gpu + y_cpu (host -> device), returned to the decoder
+
+It needs a CUDA device: on a machine without one the engine stops with a clear message
+(the CPU-only engines `dense`, `sparse_torch`, `sparse_cpu` and `simulate` remain).
+Limitation: the decoder's own weights keep the whole FFN on the GPU as well, so GPU
+memory use is not PowerInfer's (the split of the WORK, and its timing, is).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.decoder_engine import DecoderEngine
+from powerbench.engine.ffn import FFNObserver
+from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
+from powerbench.ops import get_backend
+from powerbench.ops import weights as opw
+from powerbench.ops.interface import SparseOps, Threshold
+
+if TYPE_CHECKING:
+    from powerbench.models.loading import LoadedModel
+
+ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")
+NO_CUDA = ("engine=hybrid computes hot neurons on a CUDA GPU and cold neurons on the CPU, "
+           "and this machine has no CUDA device (torch {version}, {build} build). Use a "
+           "CPU-only engine here (engine=sparse_cpu, sparse_torch or dense), or engine=simulate "
+           "for a GPU estimate; run engine=hybrid on a machine with an NVIDIA GPU.")
+
+
+def require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise RuntimeError(NO_CUDA.format(version=torch.__version__,
+                                          build=torch.version.cuda or "CPU-only"))
+
+
+@dataclass
+class _Part:
+    """One device's share of a layer: local neuron ids -> prepared operator weights."""
+
+    ids: Tensor  # int64 global neuron ids, on this part's device
+    weights: opw.ReluFFNWeights | opw.GatedFFNWeights | None  # None: no neuron here
+    all_ids: Tensor  # int64 local 0..k-1 (dense mode)
+
+    @property
+    def size(self) -> int:
+        return int(self.ids.numel())
+
+
+def _gather(f: ReluFFNWeights | GatedFFNWeights, ids: Tensor, device: torch.device,
+            dtype: torch.dtype, with_bias: bool) -> _Part:
+    ids_dev = ids.to(device)
+    local = torch.arange(ids.numel(), device=device)
+    if ids.numel() == 0:
+        return _Part(ids_dev, None, local)
+    src = ids.to(f.w2_t.device if isinstance(f, ReluFFNWeights) else f.w_down_t.device)
+
+    def rows(w: Tensor) -> Tensor:
+        return w.index_select(0, src).to(device=device, dtype=dtype).contiguous()
+
+    def vec(b: Tensor | None, select: bool) -> Tensor | None:
+        if b is None:
+            return None
+        b = b.index_select(0, src) if select else b
+        return b.to(device=device, dtype=torch.float32).contiguous()
+
+    if isinstance(f, ReluFFNWeights):
+        w = opw.ReluFFNWeights(w1=rows(f.w1), b1=vec(f.b1, True), w2_t=rows(f.w2_t),
+                               b2=vec(f.b2, False) if with_bias else None)
+    else:
+        if f.b_gate is not None or f.b_up is not None or f.b_down is not None:
+            raise ValueError("hybrid FFN: gated FFNs with biases are not supported by the "
+                             "sparse operators")
+        w = opw.GatedFFNWeights(w_gate=rows(f.w_gate), w_up=rows(f.w_up),
+                                w_down_t=rows(f.w_down_t), kind=f.kind.value)
+    return _Part(ids_dev, w, local)
+
+
+class HybridFFN:
+    """The decoder's FFN for engine=hybrid (see the module docstring).
+
+    placement: the Placement whose `gpu_neurons[l]` are the GPU-resident ids of layer l.
+    predictors: an ActivePredictor (PredictorSet / oracle) giving per-row masks.
+    active: auto (predictors if given, else oracle) | predictor | oracle (true activation
+        from the layer's own input weights, computed densely on the GPU: the accuracy bound,
+        NOT PowerInfer's cost) | dense (every neuron of each part).
+    gpu_backend / cpu_backend: sparse operator backends (the tests use sparse_torch for both
+        on the CPU; the engine uses sparse_cuda + sparse_cpu and never falls back).
+    """
+
+    def __init__(self, weights: DecoderWeights, placement: Any = None,
+                 predictors: Any = None, active: str = "auto",
+                 gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
+                 cpu_dtype: str | None = None, check: bool = False) -> None:
+        if placement is None:
+            raise ValueError("engine=hybrid follows a placement: run it with solver=<name> and "
+                             "hardware=<name> (the pipeline passes placement=...)")
+        if active not in ACTIVE_MODES:
+            raise ValueError(f"engine.ffn.active={active!r}; choose from {ACTIVE_MODES}")
+        if active == "auto":
+            active = "predictor" if predictors is not None else "oracle"
+        if active == "predictor" and predictors is None:
+            raise ValueError("engine.ffn.active=predictor needs predictors (predictor=fixed, "
+                             "adaptive or oracle); or set engine.ffn.active=oracle|dense")
+        n_layers, d_ffn = weights.n_layers, weights.layers[0].ffn.d_ffn
+        if placement.n_layers != n_layers or placement.neurons_per_layer != d_ffn:
+            raise ValueError(f"placement is for {placement.n_layers} layers x "
+                             f"{placement.neurons_per_layer} neurons, the model has "
+                             f"{n_layers} x {d_ffn}")
+        self.weights, self.placement, self.active = weights, placement, active
+        self.predictors = predictors
+        self.check = check
+        self.gpu_ops: SparseOps = get_backend(gpu_backend, fallback=False)
+        self.cpu_ops: SparseOps = get_backend(cpu_backend, fallback=False)
+        self.device = weights.device
+        self.cpu_device = torch.device("cpu")
+        cpu_dt = opw_dtype(cpu_dtype, weights.dtype)
+        self.gpu_parts: list[_Part] = []
+        self.cpu_parts: list[_Part] = []
+        for i, layer in enumerate(weights.layers):
+            gpu_ids = torch.as_tensor(placement.gpu_neurons[i], dtype=torch.int64)
+            on_gpu = torch.zeros(d_ffn, dtype=torch.bool)
+            on_gpu[gpu_ids] = True
+            cpu_ids = torch.nonzero(~on_gpu).flatten()
+            # the output bias joins the GPU part (or the CPU part when the GPU holds none)
+            self.gpu_parts.append(_gather(layer.ffn, gpu_ids, self.device, weights.dtype,
+                                          with_bias=True))
+            self.cpu_parts.append(_gather(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
+                                          with_bias=gpu_ids.numel() == 0))
+        # the CPU part's global ids where the masks live (no per-call host->device copy)
+        self.cpu_ids_dev = [part.ids.to(self.device) for part in self.cpu_parts]
+        self.concurrent = self.device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(self.device) if self.concurrent else None
+        if active == "predictor" and self.concurrent:
+            for module in getattr(predictors, "predictors", []):
+                module.to(self.device)
+        self._pinned: dict[tuple, Tensor] = {}
+        self.calls = 0
+        self.cpu_s = 0.0
+        self.cpu_active = 0
+        self._gpu_active: Tensor | int = 0
+
+    # ---- active sets --------------------------------------------------------------------
+    def _oracle(self, i: int, x: Tensor) -> Tensor:
+        f = self.weights.layers[i].ffn
+        if isinstance(f, ReluFFNWeights):
+            h = torch.nn.functional.linear(x, f.w1, f.b1)
+            return h > 0
+        g = torch.nn.functional.linear(x, f.w_gate, f.b_gate) > 0
+        if f.kind.value == "drelu":
+            return g & (torch.nn.functional.linear(x, f.w_up, f.b_up) > 0)
+        return g
+
+    def _mask(self, i: int, x: Tensor) -> Tensor | None:
+        """bool [rows, neurons] on x's device, or None (dense)."""
+        if self.active == "dense":
+            return None
+        if self.active == "oracle":
+            return self._oracle(i, x)
+        return self.predictors.predict_mask(i, x).to(x.device)
+
+    def _host(self, key: str, like: Tensor) -> Tensor:
+        """A pinned host buffer shaped like `like` (reused across calls)."""
+        shape = (key, tuple(like.shape), like.dtype)
+        buf = self._pinned.get(shape)
+        if buf is None:
+            buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=self.concurrent)
+            self._pinned[shape] = buf
+        return buf
+
+    # ---- the FFN ------------------------------------------------------------------------
+    def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
+        gpu, cpu = self.gpu_parts[layer_idx], self.cpu_parts[layer_idx]
+        mask = self._mask(layer_idx, x)
+        union = mask.any(dim=0) if mask is not None else None
+        # 2. x and the CPU part of the union to the host, on the copy stream
+        cpu_union = union.index_select(0, self.cpu_ids_dev[layer_idx]) \
+            if (union is not None and cpu.size) else None
+        host_x, host_mask, copied = self._to_host(x, cpu_union)
+        # 3. the GPU part, asynchronously, on the main stream
+        y = self._gpu_part(gpu, x, union)
+        # 4. the CPU part, concurrently
+        if copied is not None:
+            copied.synchronize()
+        if cpu.size:
+            start = time.perf_counter()
+            ids = (cpu.all_ids if host_mask is None
+                   else torch.nonzero(host_mask).flatten())
+            self.cpu_active += int(ids.numel())
+            if ids.numel():
+                y_cpu = self.cpu_ops.ffn(host_x, cpu.weights, ids, check=self.check)
+                y = y + y_cpu.to(device=x.device, dtype=y.dtype)
+            elif gpu.size == 0:
+                y = y + self._bias_only(cpu, x)
+            self.cpu_s += time.perf_counter() - start
+        self.calls += 1
+        if observer is not None:
+            computed = (torch.ones(x.shape[0], self.placement.neurons_per_layer,
+                                   dtype=torch.bool, device=x.device) if union is None
+                        else union.expand(x.shape[0], -1))
+            observer.record(layer_idx, x, computed)
+        return y
+
+    def _to_host(self, x: Tensor, cpu_union: Tensor | None
+                 ) -> tuple[Tensor, Tensor | None, Any]:
+        if not self.concurrent:
+            return x, cpu_union, None
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.device))
+        assert self.copy_stream is not None
+        host_x = self._host("x", x)
+        host_mask = self._host("mask", cpu_union) if cpu_union is not None else None
+        with torch.cuda.stream(self.copy_stream):
+            self.copy_stream.wait_event(ready)
+            x.record_stream(self.copy_stream)
+            host_x.copy_(x, non_blocking=True)
+            if cpu_union is not None and host_mask is not None:
+                cpu_union.record_stream(self.copy_stream)
+                host_mask.copy_(cpu_union, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        return host_x, host_mask, done
+
+    def _gpu_part(self, gpu: _Part, x: Tensor, union: Tensor | None) -> Tensor:
+        if gpu.size == 0:
+            return torch.zeros_like(x)
+        if union is None:
+            return self.gpu_ops.ffn(x, gpu.weights, gpu.all_ids, check=self.check)
+        scores = union.index_select(0, gpu.ids).to(torch.float32)
+        self._gpu_active = self._gpu_active + scores.sum()  # stays on the device: no sync
+        return self.gpu_ops.ffn(x, gpu.weights, Threshold(scores, 0.5), check=self.check)
+
+    def _bias_only(self, cpu: _Part, x: Tensor) -> Tensor:
+        b2 = getattr(cpu.weights, "b2", None)
+        out = torch.zeros_like(x)
+        return out if b2 is None else out + b2.to(device=x.device, dtype=x.dtype)
+
+    # ---- reporting ----------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """Measured over every call (warm-up included): the active-neuron load split."""
+        if self.active == "dense":
+            gpu = float(sum(p.size for p in self.gpu_parts))
+            cpu = float(sum(p.size for p in self.cpu_parts))
+        else:
+            gpu = float(self._gpu_active) if isinstance(self._gpu_active, int) \
+                else float(self._gpu_active.item())
+            cpu = float(self.cpu_active)
+        total = gpu + cpu
+        return {
+            "hybrid_gpu_neuron_load_share": gpu / total if total > 0 else 0.0,
+            "hybrid_gpu_neurons_per_call": gpu / max(self.calls, 1),
+            "hybrid_cpu_neurons_per_call": cpu / max(self.calls, 1),
+            "hybrid_cpu_ffn_ms_per_call": self.cpu_s * 1e3 / max(self.calls, 1),
+            "hybrid_gpu_resident_neuron_share": float(sum(p.size for p in self.gpu_parts))
+            / max(self.placement.n_layers * self.placement.neurons_per_layer, 1),
+        }
+
+
+def opw_dtype(name: str | None, default: torch.dtype) -> torch.dtype:
+    from powerbench.engine.base import torch_dtype
+
+    return torch_dtype(name, default)
+
+
+class HybridEngine(DecoderEngine):
+    """Our decoder loop on the GPU (attention, KV cache, residual stream) with `HybridFFN`."""
+
+    def __init__(self, name: str = "hybrid", ffn: Any = None, dtype: str | None = "fp16",
+                 device: str | None = "cuda", **kwargs: Any) -> None:
+        ffn = dict(ffn) if ffn is not None else {"_target_": f"{__name__}.HybridFFN"}
+        super().__init__(name=name, ffn=ffn, dtype=dtype, device=device, **kwargs)
+
+    def build_decoder(self, loaded: LoadedModel, observer: FFNObserver | None = None,
+                      **context: Any) -> Decoder:
+        require_cuda()
+        if self.device is not None and torch.device(self.device).type != "cuda":
+            raise ValueError(f"engine=hybrid runs attention on the GPU: engine.device must be "
+                             f"cuda, got {self.device!r}")
+        return super().build_decoder(loaded, observer=observer, **context)

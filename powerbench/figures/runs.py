@@ -1,0 +1,56 @@
+"""MLflow runs -> pandas: what every figure function starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from powerbench.tracking.store import resolve_uri
+
+# (solver, engine mode) -> the system it reproduces (experiment option experiment/system)
+SYSTEMS: dict[tuple[str, str], str] = {
+    ("ilp", "sparse"): "PowerInfer",
+    ("layer_offload", "dense"): "llama.cpp",
+}
+
+
+@dataclass
+class FigureOutput:
+    name: str
+    csv: Path
+    png: Path
+    table: pd.DataFrame
+
+
+def search_runs(experiment: str, tracking_uri: str | None = None,
+                filter_string: str = "") -> pd.DataFrame:
+    """Finished runs of `experiment` (empty frame if the experiment does not exist)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(resolve_uri(tracking_uri))
+    status = "attributes.status = 'FINISHED'"
+    query = f"{status} and {filter_string}" if filter_string else status
+    runs = mlflow.search_runs(experiment_names=[experiment], filter_string=query,
+                              output_format="pandas")
+    return runs if isinstance(runs, pd.DataFrame) else pd.DataFrame()
+
+
+def column(runs: pd.DataFrame, name: str, default: object = None) -> pd.Series:
+    """A params./metrics./tags. column, or `default` everywhere when no run logged it."""
+    if name in runs.columns:
+        return runs[name]
+    return pd.Series([default] * len(runs), index=runs.index, dtype=object)
+
+
+def system_label(solver: str | None, mode: str | None) -> str:
+    return SYSTEMS.get((str(solver), str(mode)), f"{solver}+{mode}")
+
+
+def latest(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The most recent run of each `keys` combination (re-runs replace older ones)."""
+    if frame.empty:
+        return frame
+    return (frame.sort_values("start_time").groupby(keys, as_index=False, dropna=False)
+            .tail(1).reset_index(drop=True))

@@ -1,0 +1,32 @@
+"""Cost-model simulator: simulated tokens/s, time breakdown and neuron-load split for any
+hardware profile, from the same activation data, predictors and placement the real
+engines use (design section 1, `engine=simulate`)."""
+
+from powerbench.simulator.config import (
+    ComputeMode,
+    OpCounts,
+    PrefillConfig,
+    PrefillMode,
+    SimulateConfig,
+    as_sim_config,
+)
+from powerbench.simulator.cost import CostModel, PassCosts, PassShape
+from powerbench.simulator.result import SimResult
+from powerbench.simulator.simulate import simulate
+from powerbench.simulator.workload import FFNWork, ffn_work
+
+__all__ = [
+    "ComputeMode",
+    "CostModel",
+    "FFNWork",
+    "OpCounts",
+    "PassCosts",
+    "PassShape",
+    "PrefillConfig",
+    "PrefillMode",
+    "SimResult",
+    "SimulateConfig",
+    "as_sim_config",
+    "ffn_work",
+    "simulate",
+]

@@ -1,0 +1,130 @@
+"""Typed schema of `engine=simulate` (registered under schema/engine/simulate).
+
+Plain dataclasses (no omegaconf import): the cost model takes a `SimulateConfig`
+instance; `as_sim_config` turns a config node (DictConfig, dict) into one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ComputeMode(StrEnum):
+    """What the FFN computes per token. Member names equal values (OmegaConf matches names).
+
+    sparse: the predictor-selected neurons only (PowerInfer), plus the predictor itself.
+    dense: every FFN neuron on its placed device, no predictor (llama.cpp, our `dense`).
+    """
+
+    sparse = "sparse"
+    dense = "dense"
+
+
+class PrefillMode(StrEnum):
+    """How the prompt is processed (see `powerbench.simulator.prefill`).
+
+    gpu_stream: every matrix product of a prompt batch of at least `gpu_min_tokens` runs
+        densely on the accelerator; weights resident on the host are streamed over the link
+        (llama.cpp's CUDA back-end rule for batches >= 32, inherited by PowerInfer).
+    hybrid: the prompt goes through the decode cost model as one batch of P x B tokens
+        (each device computes its own neurons: the union over the prompt, or all in dense
+        mode). Also what CPU-only machines and short prompts always use.
+    """
+
+    gpu_stream = "gpu_stream"
+    hybrid = "hybrid"
+
+
+@dataclass
+class OpCounts:
+    """Kernels (accelerator) or operators (CPU) issued per layer for each part.
+
+    Defaults: our reading of a llama.cpp graph for one decoder layer (norm + affine,
+    Q/K/V/O products and bias adds, RoPE, KV copies, QK, scale, mask, softmax, PV,
+    permutes, residual add ~ 20; dense FFN: norm, up/gate, bias, activation, down, bias,
+    residual ~ 8; predictor: two products and an activation ~ 3; sparse FFN: the two
+    neuron-aware operators and a residual add ~ 3). Validation on `local` replaces them
+    with counts taken from our engine (powerbench.simulator.validate.count_ops).
+    """
+
+    attention: int = 20
+    predictor: int = 3
+    ffn_dense: int = 8
+    ffn_sparse: int = 3
+    lm_head: int = 3  # final norm, product, copy out
+
+
+@dataclass
+class PrefillConfig:
+    mode: PrefillMode = PrefillMode.gpu_stream
+    gpu_min_tokens: int = 32  # llama.cpp: large-batch matmuls go to the GPU from 32 rows
+
+
+@dataclass
+class SimulateConfig:
+    """engine=simulate: the per-token cost model (powerbench.simulator)."""
+
+    _target_: str = "powerbench.simulator.simulate.simulate"
+    name: str = "simulate"
+    simulated: bool = True  # marks the node for the pipeline: no weights needed
+    mode: ComputeMode = ComputeMode.sparse
+    kv_bytes_per_value: float = 2.0  # fp16 KV cache
+    activation_bytes: float = 2.0  # bytes per value of activations crossing the link
+    # Predicted / truly active neurons per token (false positives; 1.0: an oracle).
+    # Measured predictors override it per layer with their own test-split ratio.
+    predicted_over_true: float = 1.0
+    # Predictor bytes per layer when neither a PredictorSet nor the placement gives them:
+    # an MLP d_model -> hidden -> neurons stored in fp16 (the solvers' default).
+    predictor_hidden: int = 1024
+    cpu_threads: int | None = None  # None: every core of the host
+    # Per-operator CPU overhead (barrier / dispatch), microseconds. None: the profile's
+    # `thread_sync_s` with an accelerator present (our default 1 us if unmeasured), and its
+    # `launch_s` on CPU-only machines (there it is the measured CPU operator dispatch).
+    cpu_op_us: float | None = None
+    gpu_ops: OpCounts = field(default_factory=OpCounts)
+    cpu_ops: OpCounts = field(default_factory=OpCounts)
+    prefill: PrefillConfig = field(default_factory=PrefillConfig)
+    trace_offset: int = 0  # first trace token replayed
+    breakdown_per_layer: bool = False  # also write a per-layer breakdown CSV
+
+
+SCHEMAS = {"simulate": SimulateConfig}
+
+
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    """A dataclass from a plain dict, recursing into dataclass-typed fields (strict)."""
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {unknown}; valid: {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        default = known[key].default_factory  # type: ignore[misc]
+        if isinstance(value, dict) and default is not dataclasses.MISSING:
+            kwargs[key] = _build(type(default()), value)
+        else:
+            kwargs[key] = value
+    obj = cls(**kwargs)
+    if isinstance(obj, SimulateConfig):
+        obj.mode = ComputeMode(obj.mode)
+        obj.prefill.mode = PrefillMode(obj.prefill.mode)
+    return obj
+
+
+def as_sim_config(cfg: Any = None) -> SimulateConfig:
+    """A SimulateConfig from a config node, a dict, an instance or None (defaults)."""
+    if cfg is None:
+        return SimulateConfig()
+    if isinstance(cfg, SimulateConfig):
+        return cfg
+    if type(cfg).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(cfg, dict):
+        raise TypeError(f"expected an engine=simulate config node, got {type(cfg).__name__}")
+    values = {k: v for k, v in cfg.items() if k != "defaults"}
+    return _build(SimulateConfig, values)

@@ -1,0 +1,194 @@
+"""`simulate(...)`: simulated tokens/s, time breakdown and neuron-load split.
+
+The same inputs as the measured engines (model shapes, activation profile, predictors,
+placement, hardware, the `bench` lengths), replayed through the cost model:
+
+    prefill  one pass of P x B prompt rows (powerbench.simulator.prefill)
+    decode   N - 1 steps of B rows, step s attending to P + s tokens, each replaying its
+             own trace tokens (per-token variance, batch union)
+
+Metric definitions match powerbench.engine.timing (prefill yields the first token):
+    sim_prefill_tokens_per_s   = P x B / prefill time
+    sim_decode_tokens_per_s    = (N - 1) x B / decode time
+    sim_end_to_end_tokens_per_s = N x B / (prefill + decode time)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from powerbench.hardware.load import load_hardware
+from powerbench.hardware.profile import HardwareProfile
+from powerbench.models.spec import ModelSpec
+from powerbench.placement.placement import Placement
+from powerbench.profiling.profile import ActivationProfile
+from powerbench.simulator.config import ComputeMode, PrefillMode, SimulateConfig, as_sim_config
+from powerbench.simulator.cost import CostModel, PassCosts, PassShape
+from powerbench.simulator.prefill import stream_prefill
+from powerbench.simulator.rates import CPU, GPU
+from powerbench.simulator.result import SimResult, breakdown_frame, layer_frame
+from powerbench.simulator.workload import FFNWork, decode_passes, ffn_work, token_groups
+
+PREDICTOR_BYTES_PER_PARAM = 2.0  # fp16 predictors
+
+
+def bench_lengths(bench: Any) -> tuple[int, int, int]:
+    """(prompt tokens, new tokens, batch) from a BenchConfig / DictConfig / dict / None."""
+    if bench is None:
+        from powerbench.config.schema import BenchConfig
+
+        bench = BenchConfig()
+
+    def get(key: str) -> int:
+        return int(bench[key] if isinstance(bench, dict) else getattr(bench, key))
+
+    prompt, new, batch = get("prompt_tokens"), get("new_tokens"), get("batch_size")
+    if prompt < 1 or new < 1 or batch < 1:
+        raise ValueError(f"bench lengths must be >= 1: prompt_tokens={prompt}, "
+                         f"new_tokens={new}, batch_size={batch}")
+    return prompt, new, batch
+
+
+def predictor_inputs(cfg: SimulateConfig, spec: ModelSpec, placement: Placement,
+                     predictors: Any | None) -> tuple[np.ndarray, np.ndarray, str]:
+    """(bytes per layer, predicted / true active ratio per layer, where they came from).
+
+    A trained PredictorSet gives both per layer (test-split statistics); an oracle costs
+    nothing and predicts exactly; else the placement's reserved predictor bytes, else an
+    MLP of `cfg.predictor_hidden` (both with cfg.predicted_over_true)."""
+    n = spec.n_layers
+    ratio = np.full(n, float(cfg.predicted_over_true))
+    if predictors is not None:
+        stats = list(getattr(predictors, "stats", None) or [])
+        if stats:
+            nbytes = np.array([float(s.param_bytes) for s in stats])
+            ratio = np.array([s.predicted_active_fraction / s.true_active_fraction
+                              if s.true_active_fraction > 0 else 1.0 for s in stats])
+            return nbytes, np.maximum(ratio, 0.0), "predictors"
+        params = float(getattr(predictors, "param_count", 0))
+        return np.full(n, params * PREDICTOR_BYTES_PER_PARAM / n), np.ones(n), "oracle"
+    reserved = placement.gpu.predictors + placement.cpu.predictors
+    if reserved > 0:
+        return np.full(n, reserved / n), ratio, "placement"
+    h = cfg.predictor_hidden
+    params = h * (spec.d_model + spec.neurons_per_layer) + h + spec.neurons_per_layer
+    return np.full(n, params * PREDICTOR_BYTES_PER_PARAM), ratio, "config"
+
+
+def _work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
+          mode: ComputeMode, rows: int, n_passes: int, offset: int,
+          ratio: np.ndarray) -> tuple[FFNWork, list[str]]:
+    """FFN work of n_passes passes of `rows` tokens each (decode: rows = B)."""
+    trace = profile.trace_tokens
+    notes: list[str] = []
+    if trace <= 0:
+        notes.append("profile has no per-token traces: FFN work is the expectation from "
+                     "neuron frequencies (no per-token variance)")
+        work = ffn_work(spec, profile, placement, mode, None, rows, ratio)
+        return work.take(np.zeros(n_passes, dtype=np.int64)), notes
+    if rows > trace:
+        notes.append(f"a pass of {rows} rows exceeds the {trace} trace tokens: its union "
+                     "is taken over the whole trace")
+        groups = token_groups(trace, trace, 1, offset)
+        work = ffn_work(spec, profile, placement, mode, groups, rows, ratio)
+        return work.take(np.zeros(n_passes, dtype=np.int64)), notes
+    distinct, index = decode_passes(trace, rows, n_passes)
+    groups = token_groups(trace, rows, distinct, offset)
+    return ffn_work(spec, profile, placement, mode, groups, rows, ratio).take(index), notes
+
+
+def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({
+        "step": np.arange(1, context.size + 1), "context": context,
+        "seconds": costs.total,
+        "gpu_active_neurons": work.gpu_active.sum(axis=1),
+        "cpu_active_neurons": work.cpu_active.sum(axis=1),
+        "gpu_computed_neurons": work.gpu_computed.sum(axis=1),
+        "cpu_computed_neurons": work.cpu_computed.sum(axis=1),
+        "gpu_bytes": costs.bytes_read[GPU], "cpu_bytes": costs.bytes_read[CPU],
+    })
+
+
+def use_stream_prefill(cfg: SimulateConfig, hardware: HardwareProfile, rows: int) -> bool:
+    return (cfg.prefill.mode is PrefillMode.gpu_stream and hardware.has_accelerator
+            and rows >= cfg.prefill.gpu_min_tokens)
+
+
+def simulate(engine_cfg: Any, spec: ModelSpec, profile: ActivationProfile,
+             placement: Placement, hardware: HardwareProfile | Any,
+             predictors: Any | None = None, bench: Any | None = None) -> SimResult:
+    """Simulated prefill / decode / end-to-end tokens/s of `spec` with `placement` on
+    `hardware` for bench.prompt_tokens, bench.new_tokens and bench.batch_size.
+
+    engine_cfg: the conf/engine/simulate node (or a SimulateConfig / dict / None).
+    predictors: a PredictorSet / oracle (their sizes and predicted/true ratios) or None.
+    """
+    cfg = as_sim_config(engine_cfg)
+    hw = load_hardware(hardware)
+    prompt, new, batch = bench_lengths(bench)
+    sparse = cfg.mode is ComputeMode.sparse
+    pred_bytes, ratio, pred_source = predictor_inputs(cfg, spec, placement, predictors)
+    model = CostModel(spec, placement, hw, cfg, pred_bytes if sparse else None)
+    notes = [f"simulated {cfg.mode.value} compute of {spec.name} ({placement.weight_dtype}) "
+             f"placed by {placement.solver} on {hw.name}; predictor costs from {pred_source}"
+             if sparse else
+             f"simulated dense compute of {spec.name} ({placement.weight_dtype}) placed by "
+             f"{placement.solver} on {hw.name}"]
+
+    # prefill: one pass of P x B rows
+    rows = prompt * batch
+    shape = PassShape.prefill(prompt, batch)
+    stream = use_stream_prefill(cfg, hw, rows)
+    pre_mode = ComputeMode.dense if stream else cfg.mode
+    pre_work, n1 = _work(spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio)
+    pre = stream_prefill(model, pre_work, shape) if stream else model.forward(pre_work, shape)
+    prefill_s = float(pre.total.sum())
+
+    # decode: N - 1 steps of B rows
+    n_steps = new - 1
+    metrics: dict[str, float] = {
+        "sim_prefill_tokens_per_s": rows / prefill_s,
+        "sim_prefill_ms": prefill_s * 1e3,
+        "sim_prefill_dense_gpu": float(stream),
+    }
+    frames = [breakdown_frame("prefill", pre)]
+    layer_frames = [layer_frame("prefill", pre)] if cfg.breakdown_per_layer else []
+    steps = pd.DataFrame()
+    decode_s = 0.0
+    notes += n1
+    if n_steps > 0:
+        dec_work, n2 = _work(spec, profile, placement, cfg.mode, batch, n_steps,
+                             cfg.trace_offset + rows, ratio)
+        notes += n2
+        context = prompt + np.arange(1, n_steps + 1)
+        dec = model.forward(dec_work, PassShape.decode(context, batch))
+        step_s = dec.total
+        decode_s = float(step_s.sum())
+        frames.append(breakdown_frame("decode", dec))
+        if cfg.breakdown_per_layer:
+            layer_frames.append(layer_frame("decode", dec))
+        steps = _steps_frame(dec, dec_work, context)
+        hybrid = dec.cpu_bound is not None and bool(dec.layer["sync"].any())
+        metrics |= {
+            "sim_decode_tokens_per_s": n_steps * batch / decode_s,
+            "sim_decode_ms": decode_s * 1e3,
+            "sim_decode_latency_ms_p50": float(np.percentile(step_s, 50) * 1e3),
+            "sim_decode_latency_ms_p90": float(np.percentile(step_s, 90) * 1e3),
+            "sim_gpu_neuron_load_share": dec_work.gpu_load_share(),
+            "sim_gpu_compute_share": dec_work.gpu_compute_share(),
+            "sim_gpu_bytes_per_step": float(dec.bytes_read[GPU].mean()),
+            "sim_cpu_bytes_per_step": float(dec.bytes_read[CPU].mean()),
+            "sim_hybrid_layers": float(np.sum((placement.gpu_counts > 0)
+                                              & (placement.gpu_counts < spec.neurons_per_layer))),
+        }
+        if hybrid:
+            split = dec.layer["sync"] > 0
+            metrics["sim_ffn_cpu_bound_share"] = float(dec.cpu_bound[split].mean())
+    metrics["sim_end_to_end_tokens_per_s"] = new * batch / (prefill_s + decode_s)
+    return SimResult(metrics=metrics, breakdown=pd.concat(frames, ignore_index=True),
+                     steps=steps, notes=notes,
+                     layers=pd.concat(layer_frames, ignore_index=True) if layer_frames
+                     else None)

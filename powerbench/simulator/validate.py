@@ -1,0 +1,483 @@
+"""Validation of the cost model against measurement on this machine (`hardware=local`).
+
+For each measured engine (default `dense` and `sparse_cpu`) on the trained tiny model:
+
+    measured   run_engine(engine) -> decode / prefill tokens/s          (powerbench.engine)
+    simulated  simulate(its twin)  -> the same metrics from the cost model
+    error      sim_error_pct = 100 x (simulated - measured) / measured  (decode tokens/s;
+               sim_prefill_error_pct, sim_end_to_end_error_pct likewise)
+
+The twin is the engine described to the cost model: dense or sparse compute, the model's
+own dtype for activations and the KV cache, the placement (`all_cpu` here: no GPU), the
+engine's predictors, and its operator counts per layer COUNTED from the engine itself (a
+torch dispatch mode records the aten operators one decode step issues: structure, not
+time). The machine's rates come from the `local` profile's microbenchmarks; with
+`calibrate=True` three more microbenchmarks replace its effective values (never the end
+result): the streaming bandwidth of matrix-vector products over a working set the size of
+the model's weights in matrices of its width (the profile's test is a 256 MB torch.sum:
+a different kernel and working set), the per-operator cost of a small `F.linear` called
+from Python (our engine's operators are Python calls; the profile's dispatch test is a
+bare torch.add), and the FLOP/s of one layer's matrix products for the prompt at the
+model's shapes (the profile's test is a 512^3 GEMM). Calibration microbenchmarks report
+medians, like the engines (on a shared machine a best-of catches only quiet moments), and
+run just before and just after each engine measurement (averaged).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from powerbench.hardware.profile import HardwareProfile
+from powerbench.simulator.config import ComputeMode, OpCounts, PrefillMode, SimulateConfig
+
+BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
+
+
+# ---- operator counts of our engine ---------------------------------------------------------
+class _Counter(TorchDispatchMode):
+    """Counts aten operators by region ("ffn", or "other")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.region = "other"
+        self.counts: dict[str, int] = {"ffn": 0, "other": 0}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.counts[self.region] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _RegionFFN:
+    def __init__(self, ffn: Any, counter: _Counter) -> None:
+        self.ffn, self.counter = ffn, counter
+
+    def __call__(self, layer_idx: int, x: torch.Tensor, observer: Any = None) -> torch.Tensor:
+        self.counter.region = "ffn"
+        try:
+            return self.ffn(layer_idx, x, observer)
+        finally:
+            self.counter.region = "other"
+
+
+def _step_counts(decoder: Any, n_layers: int, prompt: torch.Tensor,
+                 sample: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, int]:
+    from powerbench.engine.decoder import Decoder
+
+    weights = replace(decoder.w, layers=decoder.w.layers[:n_layers])
+    sub = Decoder(weights, ffn=decoder.ffn)
+    counter = _Counter()
+    sub.ffn = _RegionFFN(decoder.ffn, counter)
+    with torch.inference_mode():
+        cache = sub.new_cache(prompt.shape[0], prompt.shape[1] + 2)
+        logits = sub.forward(prompt, cache, last_only=True)[:, -1]
+        token = sample(logits)
+        with counter:
+            logits = sub.forward(token[:, None], cache)[:, -1]
+            sample(logits)
+    return counter.counts
+
+
+def count_ops(decoder: Any, prompt: torch.Tensor,
+              sample: Callable[[torch.Tensor], torch.Tensor] | None = None,
+              sparse: bool = False) -> OpCounts:
+    """Operators per layer (attention + norms + residual adds; FFN incl. its predictor) and
+    per token (embedding, final norm, output projection, token choice) of one decode step,
+    from decoders with one and with all layers."""
+    sample = sample or (lambda logits: logits.argmax(dim=-1))
+    n = decoder.w.n_layers
+    full = _step_counts(decoder, n, prompt, sample)
+    one = _step_counts(decoder, 1, prompt, sample) if n > 1 else full
+    per_layer_other = (full["other"] - one["other"]) / (n - 1) if n > 1 else 0.0
+    ffn = full["ffn"] / n
+    outside = one["other"] - per_layer_other
+    return OpCounts(attention=round(per_layer_other), predictor=0,
+                    ffn_dense=0 if sparse else round(ffn), ffn_sparse=round(ffn) if sparse else 0,
+                    lm_head=max(round(outside), 0))
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---- calibration microbenchmarks -----------------------------------------------------------
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls after one warm-up: the same statistic as the
+    engines' metrics (median of repeats), so that on a shared machine the calibration and
+    the engine see the same kind of load (a best-of would catch only the quiet moments)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(statistics.median(times))
+
+
+def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
+                          threads: int | None = None, repeats: int = 31) -> float:
+    """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
+    in 1 MB pieces, one product each, like a model's weight matrices)."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    rows = max(int(2**20 // (dim * elem)), 1)
+    n = max(int(nbytes // (rows * dim * elem)), 1)
+    mats = [torch.randn(rows, dim, dtype=dtype) for _ in range(n)]
+    x = torch.randn(1, dim, dtype=dtype)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats)
+    finally:
+        torch.set_num_threads(before)
+    return n * rows * dim * elem / t
+
+
+def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
+                      dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+    """FLOP/s of one decoder layer's matrix products for a prompt of `rows` tokens: four
+    [rows, d_model] x [d_model, d_model] (Q, K, V, O) and the FFN pair through d_ffn
+    (the profile's test, one 512^3 GEMM, is far more efficient than these shapes)."""
+    x = torch.randn(rows, d_model, dtype=dtype)
+    attn = [torch.randn(d_model, d_model, dtype=dtype) for _ in range(4)]
+    w1 = torch.randn(d_ffn, d_model, dtype=dtype)
+    w2 = torch.randn(d_model, d_ffn, dtype=dtype)
+
+    def layer() -> None:
+        for w in attn:
+            F.linear(x, w)
+        F.linear(F.linear(x, w1), w2)
+
+    with torch.inference_mode():
+        t = _median_time(layer, repeats)
+    return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
+
+
+def python_op_seconds(dim: int = 16, iters: int = 2000) -> float:
+    """Seconds per small `F.linear` called from a Python loop (dispatch + call overhead)."""
+    w, x = torch.randn(dim, dim), torch.randn(1, dim)
+
+    def run() -> None:
+        for _ in range(iters):
+            F.linear(x, w)
+
+    with torch.inference_mode():
+        return _median_time(run, 7) / iters
+
+
+def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
+                    dtype: torch.dtype = torch.float32, gemm_rows: int | None = None,
+                    d_ffn: int | None = None, threads: int = 0) -> tuple[HardwareProfile, dict]:
+    """The local profile with its CPU bandwidth, operator cost and (with gemm_rows and
+    d_ffn) FLOP/s re-measured for this model's shapes, with the engine's thread count
+    (0: torch's default) (microbenchmarks only; see the module docstring)."""
+    with _threads(threads):
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype)
+        op_s = python_op_seconds()
+        flops = hardware.cpu.effective_flops
+        if gemm_rows and d_ffn:
+            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
+    cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops)
+    units = dict(hardware.units)
+    units[hardware.host] = cpu
+    meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
+            "calibrated_gflops": (flops or 0.0) / 1e9,
+            "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
+            "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
+    return replace(hardware, units=units, launch_s=op_s,
+                   meta={**hardware.meta, "calibration": meta}), meta
+
+
+# ---- the twin and the comparison -----------------------------------------------------------
+def twin_config(dense: bool, ops: OpCounts, dtype: str) -> SimulateConfig:
+    """The cost model's description of one of our CPU engines."""
+    return SimulateConfig(
+        mode=ComputeMode.dense if dense else ComputeMode.sparse,
+        kv_bytes_per_value=BYTES.get(dtype, 4.0), activation_bytes=BYTES.get(dtype, 4.0),
+        cpu_ops=ops, gpu_ops=ops, prefill=replace(SimulateConfig().prefill,
+                                                  mode=PrefillMode.hybrid))
+
+
+def error_pct(simulated: float, measured: float) -> float:
+    return 100.0 * (simulated - measured) / measured if measured > 0 else float("nan")
+
+
+def best_rates(runs: Sequence[Any], new_tokens: int, batch: int,
+               prompt_tokens: int) -> dict[str, float]:
+    """Decode / prefill tokens/s of the FASTEST timed repeat (the least disturbed by other
+    processes, as the microbenchmarks report their best): the noise-robust comparison."""
+    if not runs:
+        return {}
+    decode = min(r.decode_s for r in runs)
+    prefill = min(r.prefill_s for r in runs)
+    return {"best_decode_tokens_per_s": (new_tokens - 1) * batch / decode if decode > 0
+            else float("nan"),
+            "best_prefill_tokens_per_s": prompt_tokens * batch / prefill}
+
+
+def compare(measured: dict[str, float], simulated: dict[str, float],
+            new_tokens: int, batch: int) -> dict[str, float]:
+    """sim_error_pct (decode), sim_prefill_error_pct, sim_end_to_end_error_pct against the
+    engine's own metrics (medians of the repeats), and sim_error_best_pct /
+    sim_prefill_error_best_pct against the fastest repeat (when `best_*` are given)."""
+    total_s = (measured["prefill_ms"] + measured["decode_ms"]) / 1e3
+    e2e = new_tokens * batch / total_s if total_s > 0 else float("nan")
+    best = {}
+    if "best_decode_tokens_per_s" in measured:
+        best = {"sim_error_best_pct": error_pct(simulated["sim_decode_tokens_per_s"],
+                                                measured["best_decode_tokens_per_s"]),
+                "sim_prefill_error_best_pct": error_pct(simulated["sim_prefill_tokens_per_s"],
+                                                        measured["best_prefill_tokens_per_s"])}
+    return best | {
+        "end_to_end_tokens_per_s": e2e,
+        "sim_error_pct": error_pct(simulated["sim_decode_tokens_per_s"],
+                                   measured["decode_tokens_per_s"]),
+        "sim_prefill_error_pct": error_pct(simulated["sim_prefill_tokens_per_s"],
+                                           measured["prefill_tokens_per_s"]),
+        "sim_end_to_end_error_pct": error_pct(simulated["sim_end_to_end_tokens_per_s"], e2e),
+    }
+
+
+@dataclass
+class EngineValidation:
+    engine: str
+    measured: dict[str, float]
+    simulated: dict[str, float]
+    errors: dict[str, float]
+    ops: OpCounts
+    hardware_variant: str  # "profile" (local as measured) or "calibrated"
+    hardware: HardwareProfile
+
+    def row(self) -> dict[str, Any]:
+        return {"engine": self.engine, "hardware_variant": self.hardware_variant,
+                "measured_decode_tokens_per_s": self.measured["decode_tokens_per_s"],
+                "sim_decode_tokens_per_s": self.simulated["sim_decode_tokens_per_s"],
+                "sim_error_pct": self.errors["sim_error_pct"],
+                "measured_best_decode_tokens_per_s":
+                    self.measured.get("best_decode_tokens_per_s", float("nan")),
+                "sim_error_best_pct": self.errors.get("sim_error_best_pct", float("nan")),
+                "measured_prefill_tokens_per_s": self.measured["prefill_tokens_per_s"],
+                "sim_prefill_tokens_per_s": self.simulated["sim_prefill_tokens_per_s"],
+                "sim_prefill_error_pct": self.errors["sim_prefill_error_pct"],
+                "sim_prefill_error_best_pct":
+                    self.errors.get("sim_prefill_error_best_pct", float("nan")),
+                "measured_end_to_end_tokens_per_s": self.errors["end_to_end_tokens_per_s"],
+                "sim_end_to_end_tokens_per_s": self.simulated["sim_end_to_end_tokens_per_s"],
+                "sim_end_to_end_error_pct": self.errors["sim_end_to_end_error_pct"],
+                "ops_attention": self.ops.attention,
+                "ops_ffn": self.ops.ffn_dense or self.ops.ffn_sparse,
+                "ops_token": self.ops.lm_head}
+
+
+def time_average(a: HardwareProfile, b: HardwareProfile) -> HardwareProfile:
+    """`a` with the CPU rates of two calibrations averaged in time (harmonic mean of rates,
+    arithmetic mean of the per-operator cost)."""
+    def harmonic(x: float | None, y: float | None) -> float | None:
+        return None if not x or not y else 2.0 / (1.0 / x + 1.0 / y)
+
+    cpu = replace(a.cpu, effective_bw=harmonic(a.cpu.effective_bw, b.cpu.effective_bw),
+                  effective_flops=harmonic(a.cpu.effective_flops, b.cpu.effective_flops))
+    return replace(a, units={**a.units, a.host: cpu}, launch_s=(a.launch_s + b.launch_s) / 2)
+
+
+def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench: Any,
+                    profile: Any, placement: Any, local: HardwareProfile,
+                    predictors: Any | None = None,
+                    calibrate: Callable[[], HardwareProfile] | None = None
+                    ) -> list[EngineValidation]:
+    """Measure one engine once and simulate its twin with the `local` profile as cached
+    ("profile") and, with `calibrate`, re-measured just before and just after the engine
+    run and averaged ("calibrated"); compare (see the module docstring)."""
+    from powerbench.engine import build_engine, build_prompt_batch, run_engine
+    from powerbench.simulator.simulate import simulate
+
+    context = {"predictors": predictors, "placement": placement}
+    before = calibrate() if calibrate is not None else None
+    result = run_engine(engine_cfg, loaded, list(prompts), bench, **context)
+    hardware = {"profile": local}
+    if calibrate is not None and before is not None:
+        hardware["calibrated"] = time_average(before, calibrate())
+    measured = {**result.metrics, **best_rates(result.runs, bench.new_tokens, bench.batch_size,
+                                                bench.prompt_tokens)}
+    engine = build_engine(engine_cfg)
+    with _threads(bench.threads), torch.inference_mode():
+        decoder = engine.build_decoder(loaded, **context)
+        ids = build_prompt_batch(loaded.tokenizer, list(prompts), min(bench.prompt_tokens, 8),
+                                 bench.batch_size)
+        dense = type(decoder.ffn).__name__ == "DenseFFN"
+        ops = count_ops(decoder, ids.to(decoder.device), sparse=not dense)
+    dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+        decoder.w.dtype, "fp32")
+    name = str(engine_cfg.get("name") if hasattr(engine_cfg, "get") else engine_cfg.name)
+    out = []
+    for variant, hw in hardware.items():
+        sim = simulate(twin_config(dense, ops, dtype), loaded.spec, profile, placement, hw,
+                       predictors=None if dense else predictors, bench=bench)
+        errors = compare(measured, sim.metrics, bench.new_tokens, bench.batch_size)
+        out.append(EngineValidation(name, dict(measured), sim.metrics, errors, ops, variant,
+                                    hw))
+    return out
+
+
+def summary_table(rows: Sequence[EngineValidation]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame([r.row() for r in rows])
+
+
+# ---- the validation run (powerbench validate / experiments/validate_local.py) ---------------
+VALIDATION_EXPERIMENT = "validation_local"
+# Engines built here rather than from conf/engine: our decoder with HybridFFN on the CPU
+# (every neuron "cold": the predicted neurons through the C++ extension) - a sparse CPU
+# engine that exists whatever conf/engine offers.
+ENGINE_ALIASES: dict[str, dict[str, Any]] = {
+    "hybrid_cpu": {
+        "_target_": "powerbench.engine.decoder_engine.DecoderEngine", "name": "hybrid_cpu",
+        "ffn": {"_target_": "powerbench.engine.hybrid.HybridFFN", "active": "predictor",
+                "gpu_backend": "sparse_torch", "cpu_backend": "sparse_cpu"},
+    },
+}
+BASE_OVERRIDES = ("model=tiny_relu", "hardware=local", "solver=all_cpu",
+                  f"tracking.experiment={VALIDATION_EXPERIMENT}")
+
+
+def compose_config(overrides: Sequence[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from powerbench.cli import CONF_DIR
+    from powerbench.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
+                   overrides: Sequence[str] = (), calibrate: bool = True,
+                   predictor: str = "fixed") -> list[EngineValidation]:
+    """Measure and simulate each engine on `local`; log one MLflow run per (engine,
+    hardware variant) with the measured metrics, the sim_* metrics and the errors."""
+    from omegaconf import OmegaConf
+
+    from powerbench.data import load_texts
+    from powerbench.engine.base import TORCH_DTYPES
+    from powerbench.hardware import load_hardware
+    from powerbench.models.spec import WeightDType
+    from powerbench.paths import cache_dir
+    from powerbench.pipeline import build
+    from powerbench.placement import solve
+    from powerbench.profiling.store import load_or_profile
+    from powerbench.simulator.stage import hardware_node
+    from powerbench.tracking import Tracker
+
+    cfg = compose_config([*BASE_OVERRIDES, *overrides])
+    cache = cache_dir(cfg.cache_dir)
+    loaded = build(cfg.model, cache_dir=cache)
+    split = load_texts(cfg.dataset)
+    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profile),
+                                 split.name, cache)
+    local = load_hardware(hardware_node(cfg))
+    dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
+
+    def recalibrate() -> HardwareProfile:
+        """The local profile's CPU rates re-measured now for this model's shapes."""
+        working_set = loaded.spec.total_params * torch.tensor([], dtype=dtype).element_size()
+        return calibrate_local(local, working_set, loaded.spec.d_model, dtype,
+                               gemm_rows=cfg.bench.prompt_tokens * cfg.bench.batch_size,
+                               d_ffn=loaded.spec.neurons_per_layer,
+                               threads=cfg.bench.threads)[0]
+
+    placement = solve(cfg.solver, loaded.spec, profile, local,
+                      weight_dtype=cfg.model.weight_dtype)
+    tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
+                      enabled=cfg.tracking.enabled)
+    results: list[EngineValidation] = []
+    for name in engines:
+        alias = ENGINE_ALIASES.get(name)
+        ecfg = compose_config([*BASE_OVERRIDES, *overrides,
+                               f"engine={'dense' if alias else name}",
+                               *([f"predictor={predictor}"] if name != "dense" else []),
+                               *([f"predictor.weight_dtype={WeightDType(cfg.model.dtype).value}"]
+                                 if name != "dense" and predictor in ("fixed", "adaptive")
+                                 else [])])
+        engine_cfg = OmegaConf.create(alias) if alias else ecfg.engine
+        predictors = None
+        if ecfg.get("predictor") is not None:
+            from powerbench.predictors import build_predictors
+
+            predictors = build_predictors(ecfg.predictor, loaded, profile, cache)
+        load_before = os.getloadavg()[0]
+        runs = validate_engine(engine_cfg, loaded, split.heldout, ecfg.bench, profile,
+                               placement, local, predictors,
+                               calibrate=recalibrate if calibrate else None)
+        load = {"host_load_avg_1m_before": load_before,
+                "host_load_avg_1m_after": os.getloadavg()[0]}
+        for v in runs:
+            with tracker.run(f"validate-{name}-{v.hardware_variant}",
+                             tags={"validation": "true", "hardware_variant": v.hardware_variant,
+                                   "measured": "true"}):
+                tracker.log_params({**OmegaConf.to_container(ecfg, resolve=True),
+                                    "engine": OmegaConf.to_container(engine_cfg, resolve=True)})
+                tracker.log_params({"validation": {"hardware_variant": v.hardware_variant}})
+                tracker.log_metrics({**v.measured, **v.simulated, **v.errors,
+                                     "ops_attention": v.ops.attention,
+                                     "ops_ffn": v.ops.ffn_dense or v.ops.ffn_sparse,
+                                     "ops_token": v.ops.lm_head,
+                                     **load, "hw_cpu_gflops": (
+                                         v.hardware.cpu.effective_flops or 0) / 1e9,
+                                     **{f"hw_{k}": val for k, val in
+                                        v.hardware.summary().items()}})
+            results.append(v)
+    return results
+
+
+def default_engines() -> list[str]:
+    from powerbench.cli import CONF_DIR
+
+    if (Path(CONF_DIR) / "engine" / "sparse_cpu.yaml").exists():
+        return ["dense", "sparse_cpu"]
+    print("conf/engine/sparse_cpu.yaml does not exist (yet): validating hybrid_cpu, our "
+          "decoder with the predicted neurons through the C++ extension, instead")
+    return ["dense", "hybrid_cpu"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    from powerbench.figures.validation import validation_local
+
+    parser = argparse.ArgumentParser(description="measured vs simulated tokens/s on local")
+    parser.add_argument("--engines", default=None,
+                        help="comma-separated conf/engine options or aliases "
+                             f"({', '.join(ENGINE_ALIASES)}); default: dense and sparse_cpu "
+                             "(hybrid_cpu where conf/engine has no sparse_cpu)")
+    parser.add_argument("--predictor", default="fixed", help="predictors of sparse engines")
+    parser.add_argument("--no-calibrate", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench.new_tokens=64")
+    args = parser.parse_args(argv)
+    engines = args.engines.split(",") if args.engines else default_engines()
+    rows = run_validation([e for e in engines if e], args.overrides,
+                          calibrate=not args.no_calibrate, predictor=args.predictor)
+    print(summary_table(rows).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    tracking = [o.split("=", 1)[1] for o in args.overrides if o.startswith("tracking.uri=")]
+    out = validation_local(tracking_uri=tracking[0] if tracking else None)
+    print(f"\n-> {out.csv}, {out.png}")
+    return 0

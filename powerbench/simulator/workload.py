@@ -1,0 +1,136 @@
+"""The FFN work of each forward pass: how many neurons each device computes, per layer.
+
+Decode step s processes B tokens (one per batch row). Its tokens are B consecutive trace
+tokens, `(offset + s * B + b) mod T`, so per-token variance comes straight from the
+profile's per-token masks (measured, or drawn from a synthetic profile), and for B > 1
+the kernels compute the UNION of the rows' active neurons (powerbench.ops convention).
+A profile without traces falls back to the expectation from neuron frequencies p:
+E|union over r rows| = sum over neurons of 1 - (1 - p)^r.
+
+Sparse mode computes the union (times the predictor's predicted / true ratio, capped at
+what the device holds); dense mode computes every neuron the device holds (MoE: every
+neuron of the experts routed to any row).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from powerbench.models.spec import ModelSpec
+from powerbench.placement.placement import Placement
+from powerbench.profiling.profile import ActivationProfile
+from powerbench.simulator.config import ComputeMode
+
+
+@dataclass
+class FFNWork:
+    """Arrays [passes, layers]: neurons active (union) and computed on each device."""
+
+    gpu_active: np.ndarray
+    cpu_active: np.ndarray
+    gpu_computed: np.ndarray
+    cpu_computed: np.ndarray
+
+    @property
+    def n_passes(self) -> int:
+        return int(self.gpu_active.shape[0])
+
+    def take(self, index: np.ndarray) -> FFNWork:
+        """Rows `index` (decode steps that replay the same token group)."""
+        return FFNWork(self.gpu_active[index], self.cpu_active[index],
+                       self.gpu_computed[index], self.cpu_computed[index])
+
+    def gpu_load_share(self) -> float:
+        """Share of active (union) neurons that live on the GPU: the neuron-load split."""
+        total = float(self.gpu_active.sum() + self.cpu_active.sum())
+        return float(self.gpu_active.sum()) / total if total > 0 else 0.0
+
+    def gpu_compute_share(self) -> float:
+        """Share of computed neurons computed on the GPU (dense: everything it holds)."""
+        total = float(self.gpu_computed.sum() + self.cpu_computed.sum())
+        return float(self.gpu_computed.sum()) / total if total > 0 else 0.0
+
+
+def token_groups(n_trace: int, rows: int, n_passes: int, offset: int = 0) -> np.ndarray:
+    """int [n_passes, rows] trace indices: pass g takes rows consecutive tokens from
+    offset + g * rows, wrapping around the trace."""
+    if n_trace <= 0:
+        raise ValueError("profile has no trace tokens")
+    start = offset + np.arange(n_passes)[:, None] * rows
+    return (start + np.arange(rows)[None, :]) % n_trace
+
+
+def decode_passes(n_trace: int, batch: int, n_steps: int) -> tuple[int, np.ndarray]:
+    """(distinct groups to evaluate, step -> group index): groups repeat with period
+    T / gcd(T, B) steps, so at most that many unions are ever computed."""
+    period = n_trace // math.gcd(n_trace, batch) if n_trace > 0 else 1
+    distinct = min(n_steps, period)
+    return distinct, np.arange(n_steps) % max(distinct, 1)
+
+
+def _moe_routed(union: np.ndarray, n_experts: int) -> np.ndarray:
+    """bool [G, N]: neurons of every expert with any active neuron in the union."""
+    g, n = union.shape
+    routed = union.reshape(g, n_experts, n // n_experts).any(axis=2)
+    return np.repeat(routed, n // n_experts, axis=1)
+
+
+def _side_counts(mask: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(on GPU, on CPU) counts of a bool [G, N] mask."""
+    on_gpu = mask[:, gpu].sum(axis=1).astype(np.float64)
+    return on_gpu, mask.sum(axis=1).astype(np.float64) - on_gpu
+
+
+def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
+             mode: ComputeMode, groups: np.ndarray | None, rows: int,
+             ratio: np.ndarray | None = None) -> FFNWork:
+    """Per pass (row of `groups`, or one expected pass when the profile has no traces) and
+    layer: union of active neurons and computed neurons on each device.
+
+    `rows`: tokens per pass (used by the expectation fallback); `ratio`: per-layer
+    predicted / true active (sparse mode), default 1.
+    """
+    n_layers = spec.n_layers
+    if profile.n_layers != n_layers or placement.n_layers != n_layers:
+        raise ValueError(f"{spec.name}: profile has {profile.n_layers} layers, placement "
+                         f"{placement.n_layers}, model {n_layers}")
+    ratio = np.ones(n_layers) if ratio is None else np.asarray(ratio, dtype=np.float64)
+    n_passes = 1 if groups is None else groups.shape[0]
+    shape = (n_passes, n_layers)
+    gpu_act, cpu_act = np.zeros(shape), np.zeros(shape)
+    gpu_cmp, cpu_cmp = np.zeros(shape), np.zeros(shape)
+    experts = max(spec.n_experts, 1)
+    for index, layer in enumerate(profile.layers):
+        gpu = placement.gpu_mask(index)
+        gpu_total = float(gpu.sum())
+        cpu_total = float(gpu.size) - gpu_total
+        if groups is not None:
+            masks = layer.trace_masks()
+            assert masks is not None
+            union = masks[groups].any(axis=1)  # [G, N]
+            gpu_act[:, index], cpu_act[:, index] = _side_counts(union, gpu)
+            dense = _moe_routed(union, experts) if experts > 1 else None
+        else:  # expectation over independent tokens
+            p = np.clip(layer.frequency, 0.0, 1.0)
+            hit = 1.0 - (1.0 - p) ** rows
+            gpu_act[:, index] = hit[gpu].sum()
+            cpu_act[:, index] = hit.sum() - hit[gpu].sum()
+            dense = None
+            if experts > 1:
+                share = 1.0 - (1.0 - spec.experts_per_token / experts) ** rows
+                dense = np.full((n_passes, gpu.size), share)
+        if mode is ComputeMode.dense:
+            if dense is None:
+                gpu_cmp[:, index], cpu_cmp[:, index] = gpu_total, cpu_total
+            elif dense.dtype == bool:
+                gpu_cmp[:, index], cpu_cmp[:, index] = _side_counts(dense, gpu)
+            else:
+                gpu_cmp[:, index] = dense[:, gpu].sum(axis=1)
+                cpu_cmp[:, index] = dense.sum(axis=1) - gpu_cmp[:, index]
+        else:
+            gpu_cmp[:, index] = np.minimum(gpu_act[:, index] * ratio[index], gpu_total)
+            cpu_cmp[:, index] = np.minimum(cpu_act[:, index] * ratio[index], cpu_total)
+    return FFNWork(gpu_act, cpu_act, gpu_cmp, cpu_cmp)

@@ -1,0 +1,67 @@
+"""engine=simulate / engine=hybrid and the e2e experiments compose against their schemas."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from powerbench.cli import CONF_DIR
+from powerbench.config import register_configs
+from powerbench.simulator.config import ComputeMode, PrefillMode, as_sim_config
+from powerbench.simulator.stage import is_simulated
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hydra():
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        yield
+
+
+def test_simulate_node_becomes_a_typed_config():
+    cfg = compose("config", overrides=["engine=simulate", "engine.mode=dense",
+                                       "engine.prefill.mode=hybrid"])
+    sim = as_sim_config(cfg.engine)
+    assert sim.mode is ComputeMode.dense and sim.prefill.mode is PrefillMode.hybrid
+    assert is_simulated(cfg.engine)
+    assert not is_simulated(compose("config", overrides=["engine=dense"]).engine)
+
+
+def test_simulate_typos_fail():
+    with pytest.raises(ConfigCompositionException):
+        compose("config", overrides=["engine=simulate", "engine.mdoe=dense"])
+    with pytest.raises(ValueError, match="unknown keys"):
+        as_sim_config({"mdoe": "dense"})
+
+
+@pytest.mark.parametrize(("experiment", "hardware"), [("pc_high_e2e", "pc_high"),
+                                                      ("pc_low_e2e", "pc_low")])
+@pytest.mark.parametrize(("system", "solver", "mode"), [("powerinfer", "ilp", "sparse"),
+                                                        ("llamacpp", "layer_offload", "dense")])
+def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, system, solver, mode):
+    cfg = compose("config", overrides=[f"+experiment={experiment}",
+                                       f"experiment/system={system}"],
+                  return_hydra_config=True)
+    assert cfg.hardware.name == hardware and cfg.engine.name == "simulate"
+    assert cfg.solver.name == solver and cfg.engine.mode == mode
+    assert cfg.solver.context == cfg.bench.prompt_tokens + 512
+    params = cfg.hydra.sweeper.params
+    assert params["bench.new_tokens"] == "8,128,512"
+    assert params["model.weight_dtype"] == "fp16,int4"
+    assert params["experiment/system"] == "powerinfer,llamacpp"
+
+
+def test_paper_models_are_swept():
+    cfg = compose("config", overrides=["+experiment=pc_high_e2e"], return_hydra_config=True)
+    assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
+        "opt_30b", "opt_66b", "opt_175b", "falcon_relu_40b", "llama_reglu_70b"}
+    cfg = compose("config", overrides=["+experiment=pc_low_e2e"], return_hydra_config=True)
+    assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
+        "opt_13b", "opt_30b", "llama_reglu_13b", "bamboo_7b"}
+
+
+def test_hybrid_engine_composes():
+    cfg = compose("config", overrides=["engine=hybrid"])
+    assert cfg.engine._target_ == "powerbench.engine.hybrid.HybridEngine"
+    assert cfg.engine.device == "cuda" and cfg.engine.ffn.active == "auto"

@@ -1,0 +1,181 @@
+"""The cost model on hand-computed cases: one layer, round bandwidths, no overheads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from powerbench.placement.placement import CPU, GPU
+from powerbench.simulator.config import ComputeMode
+from powerbench.simulator.cost import CostModel, PassShape
+from powerbench.simulator.prefill import stream_prefill
+from powerbench.simulator.workload import ffn_work, token_groups
+
+from .factories import (
+    GB,
+    make_hardware,
+    make_placement,
+    make_profile,
+    make_spec,
+    zero_overhead_config,
+)
+
+# toy spec: d_model 64, d_ffn 256, 4 heads, vocab 100, ReLU (2 matrices), fp16
+NEURON_B = 2 * 64 * 2  # 256 bytes per neuron
+ATTN_B = 4 * 64 * 64 * 2  # 32768 bytes of Q, K, V, O
+KV_TOKEN_B = 2 * 64 * 2  # K and V of one token: 256 bytes
+LM_HEAD_B = 100 * 64 * 2  # 12800 bytes
+X_B = 64 * 2  # one activation row in fp16: 128 bytes
+
+
+def _one_token_trace(gpu_active: int, cpu_active: int) -> np.ndarray:
+    """Token 0 activates `gpu_active` of neurons 0..127 and `cpu_active` of 128..255."""
+    mask = np.zeros((1, 256), dtype=bool)
+    mask[0, :gpu_active] = True
+    mask[0, 128:128 + cpu_active] = True
+    return mask
+
+
+def _decode_costs(hw, gpu_active=10, cpu_active=40, context=10, mode=ComputeMode.sparse,
+                  attn=GPU):
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)], attn=attn, lm_head=attn)
+    profile = make_profile(spec, [_one_token_trace(gpu_active, cpu_active)])
+    cfg = zero_overhead_config(mode=mode)
+    model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, mode, token_groups(1, 1, 1), rows=1)
+    return model.forward(work, PassShape.decode(np.array([context]), 1)), work
+
+
+def test_one_layer_hand_computed():
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6)
+    costs, work = _decode_costs(hw)
+    assert work.gpu_active[0, 0] == 10 and work.cpu_active[0, 0] == 40
+    embedding = X_B / 100e9
+    attention = (ATTN_B + 10 * KV_TOKEN_B) / 100e9
+    gpu_ffn = 10 * NEURON_B / 100e9
+    to_cpu = (X_B + 128) / 1e9  # layer input + one mask byte per CPU neuron
+    cpu_ffn = 40 * NEURON_B / 10e9
+    back = X_B / 1e9
+    ffn = max(gpu_ffn, to_cpu + cpu_ffn + back)
+    lm_head = LM_HEAD_B / 100e9
+    logits = 10e-6 + 100 * 4 / 1e9  # sync + fp32 logits to the host
+    expected = embedding + attention + ffn + 10e-6 + lm_head + logits
+    assert costs.total[0] == pytest.approx(expected, rel=1e-12)
+    assert costs.layer["attention@gpu"][0, 0] == pytest.approx(attention)
+    assert costs.layer["ffn"][0, 0] == pytest.approx(to_cpu + cpu_ffn + back)
+    assert costs.layer["sync"][0, 0] == pytest.approx(10e-6)
+    assert costs.busy["ffn@gpu"][0, 0] == pytest.approx(gpu_ffn)
+    assert costs.busy["ffn@cpu"][0, 0] == pytest.approx(cpu_ffn)
+    assert costs.bytes_read[CPU][0] == pytest.approx(40 * NEURON_B)
+
+
+def test_overlap_takes_the_max_not_the_sum():
+    # GPU slow enough that its branch binds: the CPU branch is hidden under it
+    slow_gpu = make_hardware(cpu_bw=10 * GB, gpu_bw=0.1 * GB, link_bw=1 * GB, sync_s=10e-6)
+    costs, _ = _decode_costs(slow_gpu, gpu_active=100, cpu_active=4)
+    gpu_ffn = 100 * NEURON_B / 0.1e9
+    cpu_branch = (X_B + 128) / 1e9 + 4 * NEURON_B / 10e9 + X_B / 1e9
+    assert gpu_ffn > cpu_branch
+    assert costs.layer["ffn"][0, 0] == pytest.approx(gpu_ffn)
+    assert costs.layer["ffn"][0, 0] < gpu_ffn + cpu_branch
+    assert not costs.cpu_bound[0, 0]
+    # and the other way round: the CPU branch binds
+    costs, _ = _decode_costs(make_hardware(), gpu_active=4, cpu_active=100)
+    assert costs.cpu_bound[0, 0]
+    assert costs.layer["ffn"][0, 0] == pytest.approx(
+        (X_B + 128) / 1e9 + 100 * NEURON_B / 10e9 + X_B / 1e9)
+
+
+def test_no_sync_when_a_layer_lives_on_one_device():
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(256)])  # every neuron on the GPU
+    profile = make_profile(spec, [_one_token_trace(10, 40)])
+    model = CostModel(spec, placement, make_hardware(), zero_overhead_config(),
+                      predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), 1)
+    costs = model.forward(work, PassShape.decode(np.array([10]), 1))
+    assert costs.layer["sync"].sum() == 0
+    assert costs.layer["ffn"][0, 0] == pytest.approx(50 * NEURON_B / 100e9)
+
+
+def test_dense_mode_computes_every_placed_neuron():
+    hw = make_hardware()
+    costs, work = _decode_costs(hw, mode=ComputeMode.dense)
+    assert work.gpu_computed[0, 0] == 128 and work.cpu_computed[0, 0] == 128
+    assert work.gpu_active[0, 0] == 10  # the load split still counts active neurons
+    assert costs.busy["ffn@cpu"][0, 0] == pytest.approx(128 * NEURON_B / 10e9)
+
+
+def test_predicted_over_true_inflates_and_caps():
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [_one_token_trace(10, 100)])
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), 1,
+                    ratio=np.array([2.0]))
+    assert work.gpu_computed[0, 0] == 20
+    assert work.cpu_computed[0, 0] == 128  # capped at the neurons the CPU holds
+
+
+def test_kernel_launches_bound_tiny_gpu_work_and_cpu_ops_add():
+    from powerbench.simulator.config import OpCounts, SimulateConfig
+
+    spec = make_spec()
+    hw = make_hardware(launch_s=5e-6)
+    cfg = SimulateConfig(gpu_ops=OpCounts(attention=20), cpu_ops=OpCounts(attention=20),
+                         cpu_op_us=2.0)
+    gpu_model = CostModel(spec, make_placement(spec, [np.arange(256)]), hw, cfg)
+    cpu_model = CostModel(spec, make_placement(spec, [np.arange(0)], attn=CPU, lm_head=CPU),
+                          hw, cfg)
+    shape = PassShape.decode(np.array([10]), 1)
+    roof_gpu = (ATTN_B + 10 * KV_TOKEN_B) / 100e9
+    assert gpu_model.attention(0, shape)[0] == pytest.approx(max(roof_gpu, 20 * 5e-6))
+    roof_cpu = (ATTN_B + 10 * KV_TOKEN_B) / 10e9
+    assert cpu_model.attention(0, shape)[0] == pytest.approx(roof_cpu + 20 * 2e-6)
+
+
+def test_compute_bound_when_flops_are_scarce():
+    spec = make_spec()
+    hw = make_hardware(cpu_flops=1e9)
+    model = CostModel(spec, make_placement(spec, [np.arange(0)], attn=CPU, lm_head=CPU), hw,
+                      zero_overhead_config())
+    rows = 64
+    t = model.ffn_device(CPU, np.array([256.0]), rows)[0]
+    assert t == pytest.approx(2 * 128 * 256 * rows / 1e9)  # 2 FLOP x params x rows
+
+
+def test_stream_prefill_hand_computed():
+    """A 64-token prompt: dense on the GPU, the CPU's 128 neurons streamed over the link."""
+    spec = make_spec()
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, gpu_flops=1e12)
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [np.ones((64, 256), dtype=bool)])
+    model = CostModel(spec, placement, hw, zero_overhead_config(), predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, ComputeMode.dense, token_groups(64, 64, 1), 64)
+    costs = stream_prefill(model, work, PassShape.prefill(64, 1))
+    flops = 2 * 16384 * 64 + 4 * 4 * 16 * (64 * 65 / 2) + 2 * 128 * 256 * 64
+    local = 64 * KV_TOKEN_B + 128 * NEURON_B + ATTN_B
+    host = 128 * NEURON_B
+    layer = max(flops / 1e12, local / 100e9 + host / 1e9)
+    assert costs.layer["gpu_dense"][0, 0] + costs.layer["weight_stream"][0, 0] == \
+        pytest.approx(layer)
+    assert costs.layer["weight_stream"][0, 0] > 0
+
+
+def test_unified_memory_shares_one_bandwidth():
+    """Phone SoC: CPU and NPU read the same DRAM, so concurrent FFN parts cannot each get
+    their own bandwidth: the FFN takes at least all its bytes / the shared bandwidth."""
+    from dataclasses import replace
+
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=10 * GB, sync_s=0.0)
+    units = dict(hw.units)
+    units["gpu"] = replace(units["gpu"], memory="dram", effective_bw=8 * GB)
+    units["cpu"] = replace(units["cpu"], effective_bw=6 * GB)
+    phone = replace(hw, units=units, link=None,
+                    memories={"dram": replace(hw.memories["dram"], effective_bw=9 * GB)})
+    assert phone.unified
+    costs, _ = _decode_costs(phone, gpu_active=100, cpu_active=100)
+    separate = max(100 * NEURON_B / 8e9, 100 * NEURON_B / 6e9)  # no link copies: unified
+    shared = 200 * NEURON_B / 9e9
+    assert shared > separate
+    assert costs.layer["ffn"][0, 0] == pytest.approx(shared)
