@@ -3,6 +3,8 @@
     powerbench [hydra overrides...]          run one experiment (or --multirun a sweep)
     powerbench bench-operators [--quick]     sparse operator benchmark
     powerbench bench-solver                  placement solver scale benchmark
+    powerbench validate [overrides]          measured vs simulated on hardware=local
+    powerbench figure NAME                   regenerate a figure from MLflow runs
     powerbench ui                            print the command that opens MLflow's dashboard
 """
 
@@ -69,8 +71,26 @@ def _bench_solver(argv: list[str]) -> None:
     bench_solver.main(argv)
 
 
+def _validate(argv: list[str]) -> None:
+    from powerbench.simulator.validate import main as validate_main
+
+    validate_main(argv)
+
+
+def _figure(argv: list[str]) -> None:
+    from powerbench.figures import FIGURES
+
+    if not argv or argv[0] not in FIGURES:
+        raise SystemExit(f"usage: powerbench figure NAME; NAME is one of {sorted(FIGURES)}")
+    out = FIGURES[argv[0]]()
+    print(out.table.to_string(index=False))
+    print(f"\nwrote {out.csv} and {out.png}")
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], None]] = {
     "ui": _ui,
+    "validate": _validate,
+    "figure": _figure,
     "bench-operators": _bench_operators,
     "bench-solver": _bench_solver,
 }

@@ -90,8 +90,9 @@ def stage_profile(ctx: RunContext, loaded, split):
     if loaded.has_weights:
         from powerbench.profiling.store import load_or_profile
 
-        profile, hit = load_or_profile(loaded, split.train, ctx.cfg.profile,
-                                       split.name, ctx.cache)
+        profile, hit = load_or_profile(loaded, split.train,
+                                       OmegaConf.to_object(ctx.cfg.profile), split.name,
+                                       ctx.cache, seed=ctx.cfg.seed)
         ctx.note(f"activation profile: measured on {profile.n_tokens} tokens "
                  f"({'cache hit' if hit else 'profiled now'})")
     else:
@@ -113,37 +114,57 @@ def stage_profile(ctx: RunContext, loaded, split):
     return profile
 
 
-def stage_placement(ctx: RunContext, loaded, profile):
+def stage_placement(ctx: RunContext, loaded, profile, predictor_bytes: float | None = None):
     from powerbench.hardware import load_hardware
     from powerbench.placement import solve
 
     hardware = load_hardware(ctx.cfg.hardware)
+    from powerbench.placement import write_artifacts
+
+    bench = ctx.cfg.bench
+    context = ctx.cfg.solver.get("context") or bench.prompt_tokens + bench.new_tokens
     placement = solve(ctx.cfg.solver, loaded.spec, profile, hardware,
-                      weight_dtype=ctx.cfg.model.weight_dtype)
+                      weight_dtype=ctx.cfg.model.weight_dtype, context=context,
+                      predictor_bytes=predictor_bytes)
     ctx.record(placement.metrics(profile))
-    for path in placement.write_artifacts(ctx.out_dir / "placement", profile):
+    for path in write_artifacts(placement, profile, ctx.out_dir / "placement").values():
         ctx.artifact(path, "placement")
     return placement
 
 
-def stage_engine(ctx: RunContext, loaded, split):
+def stage_predictors(ctx: RunContext, loaded, profile, split):
+    from powerbench.predictors import prepare_predictors
+
+    predictors, metrics, files = prepare_predictors(
+        ctx.cfg.predictor, loaded, profile, ctx.cache, ctx.out_dir,
+        calibration_texts=split.train if split is not None else None,
+        seq_len=ctx.cfg.eval.seq_len)
+    ctx.record(metrics)
+    for path in files:
+        ctx.artifact(path, "predictors")
+    return predictors
+
+
+def stage_engine(ctx: RunContext, loaded, split, **context):
     from powerbench.engine import run_engine
 
-    result = run_engine(ctx.cfg.engine, loaded, split.heldout, ctx.cfg.bench)
+    result = run_engine(ctx.cfg.engine, loaded, split.heldout, ctx.cfg.bench, **context)
     ctx.record(result.metrics)
     if getattr(result, "texts", None):
         ctx.tracker.log_text("\n\n---\n\n".join(result.texts), "engine/samples.txt")
     return result
 
 
-def stage_eval(ctx: RunContext, loaded, split):
-    from powerbench.evaluation import hf_logits_fn, perplexity, token_windows
+def stage_eval(ctx: RunContext, loaded, split, predictors=None):
+    """Held-out perplexity and multiple-choice accuracy, dense and (with predictors) sparse."""
+    from powerbench.evaluation.accuracy import run_accuracy_eval
 
-    windows = token_windows(loaded.tokenizer, split.heldout, ctx.cfg.eval.seq_len,
-                            ctx.cfg.eval.max_tokens)
-    result = perplexity(hf_logits_fn(loaded.model), windows)
-    ctx.record({"perplexity": result.perplexity, "eval_tokens": result.tokens})
-    return result
+    ev = ctx.cfg.eval
+    report = run_accuracy_eval(loaded.model, loaded.tokenizer, predictors, split.heldout,
+                               seq_len=ev.seq_len, max_tokens=ev.max_tokens,
+                               mc_task=ev.mc_task, mc_items=ev.mc_items, seed=ctx.cfg.seed)
+    ctx.record(report.metrics())
+    return report
 
 
 # ---- driver -------------------------------------------------------------------------------
@@ -162,18 +183,45 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> RunContext:
         tracker.log_params(resolved)
         tracker.log_artifact(out_dir / "config.yaml")
 
-        loaded = timed(ctx, "model", lambda: stage_model(ctx))
-        split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
-        profile = timed(ctx, "profile", lambda: stage_profile(ctx, loaded, split))
-        if cfg.get("solver") is not None and cfg.get("hardware") is not None:
-            timed(ctx, "placement", lambda: stage_placement(ctx, loaded, profile))
-        if loaded.has_weights:
-            timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split))
-            timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split))
-        else:
-            ctx.note(f"engine and evaluation skipped: {loaded.spec.name} is shape-only "
-                     "(no weights on this machine)")
+        run_stages(ctx)
     return ctx
+
+
+def run_stages(ctx: RunContext) -> None:
+    from powerbench.placement import PlacementInfeasibleError
+    from powerbench.simulator.stage import is_simulated, record_infeasible, simulate_stage
+
+    cfg = ctx.cfg
+    loaded = timed(ctx, "model", lambda: stage_model(ctx))
+    split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
+    profile = timed(ctx, "profile", lambda: stage_profile(ctx, loaded, split))
+    predictors = None
+    if cfg.get("predictor") is not None and loaded.has_weights:
+        predictors = timed(ctx, "predictors",
+                           lambda: stage_predictors(ctx, loaded, profile, split))
+    predictor_bytes = ctx.metrics.get("predictor_param_bytes")
+    wants_placement = cfg.get("solver") is not None and cfg.get("hardware") is not None
+    if is_simulated(cfg.engine):
+        try:
+            placement = timed(ctx, "placement",
+                              lambda: stage_placement(ctx, loaded, profile, predictor_bytes))
+        except PlacementInfeasibleError as err:
+            record_infeasible(ctx, err)  # "does not fit" is a result; the sweep goes on
+        else:
+            timed(ctx, "engine",
+                  lambda: simulate_stage(ctx, loaded, profile, placement, predictors))
+        return
+    placement = None
+    if wants_placement:
+        placement = timed(ctx, "placement",
+                          lambda: stage_placement(ctx, loaded, profile, predictor_bytes))
+    if not loaded.has_weights:
+        ctx.note(f"measured engine and evaluation skipped: {loaded.spec.name} is shape-only "
+                 "(no weights here); engine=simulate estimates its speed for a hardware profile")
+        return
+    context = {"predictors": predictors, "placement": placement}
+    timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split, **context))
+    timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split, predictors))
 
 
 def _choices(cfg: DictConfig) -> dict[str, str | None]:

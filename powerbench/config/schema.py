@@ -36,6 +36,8 @@ class BenchConfig:
 class EvalConfig:
     max_tokens: int = 16384  # held-out tokens for perplexity
     seq_len: int = 128
+    mc_task: str | None = "continuation"  # offline task; piqa/winogrande/arc_easy need the hub
+    mc_items: int = 200
 
 
 @dataclass
