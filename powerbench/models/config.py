@@ -37,20 +37,38 @@ class StatsConfig:
 
 @dataclass
 class TinyTrainConfig:
-    """How `tiny_relu` is trained (see powerbench.models.tiny_relu)."""
+    """How `tiny_relu` is trained (see powerbench.models.tiny_relu).
 
+    Every field is part of the cache key. The data are the TRAIN split of the bundled
+    ShareGPT text under the same split rule as `dataset=sharegpt`
+    (`heldout_fraction`, `split_seed` must equal that dataset's for a clean held-out set).
+    """
+
+    # tokenizer: byte-level BPE trained on the first `tokenizer_chars` of the train split
     vocab_size: int = 4096
+    tokenizer_chars: int = 4_000_000
+    # OPT decoder (ReLU fc1/fc2)
     n_layers: int = 4
     d_model: int = 256
     d_ffn: int = 1024
     n_heads: int = 4
+    max_positions: int = 256  # > seq_len so prompt + generated tokens fit; trained up to seq_len
+    # optimisation
     seq_len: int = 128
     batch_size: int = 32
     steps: int = 1500
     lr: float = 3e-3
-    weight_decay: float = 0.1
+    min_lr_ratio: float = 0.1
     warmup_steps: int = 100
-    train_chars: int = 8_000_000
+    weight_decay: float = 0.1
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    train_chars: int = 8_000_000  # train-split characters tokenised for the training stream
+    eval_tokens: int = 16384  # held-out tokens scored (perplexity, unigram perplexity)
+    # data split (must match conf/dataset/sharegpt.yaml)
+    heldout_fraction: float = 0.1
+    split_seed: int = 0
+    max_docs: int | None = None  # cap on ShareGPT documents read (None: all)
     threads: int = 2
     seed: int = 0
 

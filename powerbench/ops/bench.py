@@ -1,0 +1,308 @@
+"""Operator benchmark: sparse backends against torch dense, measured side by side.
+
+For every shape (``d_model x d_ffn``), storage dtype, batch, op and sparsity it times each
+sparse backend and ``torch.matmul`` on the full matrices in the same run, calls interleaved
+(dense, sparse, dense, sparse, ...; medians after warm-up, cache flushed before each call,
+see :mod:`powerbench.ops.bench_timing`); each row's ``dense_time_us`` is the median of the
+dense calls interleaved with that row's sparse calls, the ``torch_dense`` row the median of
+all of them. The machine's memory bandwidth is measured first; achieved GB/s is reported on
+the bytes actually touched (active weight rows plus activations).
+
+Data are built so that every neuron in the active set is truly active (x >= 0 and a gate
+with positive mean, fc1 bias > 0): a perfect predictor. The compiled kernels skip neurons
+whose activation is exactly zero, so with random data they would read fewer rows than the
+byte count assumes; here they read exactly the rows counted. Active ids are sorted, as a
+predictor's ``nonzero`` returns them. Timed calls use ``check=False`` (the decode path).
+
+Run: ``python experiments/bench_operators.py [--quick]`` or ``powerbench.ops.bench.main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
+from powerbench.ops.bench_report import (
+    ResultRow,
+    format_row,
+    format_table,
+    log_to_mlflow,
+    plot_speedup,
+    write_csv,
+)
+from powerbench.ops.bench_timing import Timer, TimingPolicy
+from powerbench.ops.interface import SparseOps
+from powerbench.ops.registry import get_backend
+
+SHAPES = ("4096x11008", "4096x16384", "8192x28672")
+SPARSITIES = (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
+OPS = ("row", "axpy", "ffn_relu", "ffn_gated")
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DEFAULT_BACKENDS = {"cpu": ("sparse_torch", "sparse_cpu"), "cuda": ("sparse_torch", "sparse_cuda")}
+MATRICES = {"row": 1, "axpy": 1, "ffn_relu": 2, "ffn_gated": 3}  # weight matrices per op
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    device: str = "cpu"
+    shapes: tuple[str, ...] = SHAPES
+    dtypes: tuple[str, ...] = ("fp32", "fp16")
+    batches: tuple[int, ...] = (1, 8)
+    sparsities: tuple[float, ...] = SPARSITIES
+    ops: tuple[str, ...] = OPS
+    backends: tuple[str, ...] = ()  # empty: DEFAULT_BACKENDS[device]
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    bandwidth_mb: int = 512
+    seed: int = 0
+
+    def backend_names(self) -> tuple[str, ...]:
+        return self.backends or DEFAULT_BACKENDS[self.device]
+
+
+QUICK = BenchConfig(
+    shapes=("4096x16384",),
+    dtypes=("fp32",),
+    batches=(1,),
+    sparsities=(0.0, 0.5, 0.9, 0.99),
+    timing=TimingPolicy(warmup=1, reps=3, min_time_s=0.05),
+    bandwidth_mb=256,
+)
+
+
+def parse_shape(shape: str) -> tuple[int, int]:
+    """``"4096x16384"`` -> (d_model, d_ffn)."""
+    d_model, d_ffn = (int(v) for v in shape.lower().split("x"))
+    return d_model, d_ffn
+
+
+@dataclass
+class LayerData:
+    """One FFN layer's tensors; fc1 doubles as the gate, fc2 as the (transposed) down."""
+
+    w_gate: torch.Tensor  # [d_ffn, d_model], positive mean so the gate fires
+    w_up: torch.Tensor
+    w_down_t: torch.Tensor  # [d_ffn, d_model], the sparse operators' layout
+    w_down: torch.Tensor  # [d_model, d_ffn], HF/nn.Linear layout for the dense baseline
+    b1: torch.Tensor  # fp32
+    b2: torch.Tensor  # fp32
+
+    @classmethod
+    def make(cls, d_model: int, d_ffn: int, dtype: torch.dtype, device: str,
+             gen: torch.Generator) -> LayerData:
+        def mat(offset: float) -> torch.Tensor:
+            w = torch.empty(d_ffn, d_model).normal_(0.0, 0.02, generator=gen)
+            return (w + offset if offset else w).to(device=device, dtype=dtype)
+
+        w_down_t = mat(0.0)
+        return cls(
+            w_gate=mat(0.005),
+            w_up=mat(0.0),
+            w_down_t=w_down_t,
+            w_down=w_down_t.t().contiguous(),
+            b1=torch.full((d_ffn,), 0.1, device=device),
+            b2=torch.full((d_model,), 0.1, device=device),
+        )
+
+
+def active_ids(d_ffn: int, sparsity: float, gen: torch.Generator, device: str) -> torch.Tensor:
+    n = int(round(d_ffn * (1.0 - sparsity)))
+    return torch.randperm(d_ffn, generator=gen)[:n].sort().values.to(device)
+
+
+def touched_bytes(op: str, n_active: int, d_model: int, batch: int, w_es: int, x_es: int) -> int:
+    """Weight rows read plus activations in and out (ids and biases are negligible)."""
+    weights = MATRICES[op] * n_active * d_model * w_es
+    if op == "row":
+        acts = batch * d_model * x_es + batch * n_active * x_es
+    elif op == "axpy":
+        acts = batch * n_active * x_es + batch * d_model * x_es
+    else:
+        acts = 2 * batch * d_model * x_es
+    return weights + acts
+
+
+def dense_fn(op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor
+             ) -> Callable[[], torch.Tensor]:
+    """torch.matmul on the full matrices, every weight in HF (nn.Linear) layout: torch's CPU
+    fp16 matmul against a [d_ffn, d_model] right operand is ~30x slower than against the
+    transposed view, so the dense baseline gets the layout torch is fast with."""
+    wg, wu, wd = layer.w_gate, layer.w_up, layer.w_down
+    b1, b2 = layer.b1.to(x.dtype), layer.b2.to(x.dtype)
+    if op == "row":
+        return lambda: torch.matmul(x, wg.t())
+    if op == "axpy":
+        return lambda: torch.matmul(coeffs, wd.t())
+    if op == "ffn_relu":
+        return lambda: torch.matmul(torch.relu(torch.matmul(x, wg.t()) + b1), wd.t()) + b2
+    return lambda: torch.matmul(torch.relu(torch.matmul(x, wg.t())) * torch.matmul(x, wu.t()),
+                                wd.t())
+
+
+def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
+              coeffs: torch.Tensor, idx: torch.Tensor) -> Callable[[], torch.Tensor]:
+    if op == "row":
+        return lambda: ops.row(layer.w_gate, x, idx, check=False)
+    if op == "axpy":
+        c = coeffs[:, : idx.numel()].contiguous()
+        return lambda: ops.axpy(layer.w_down_t, c, idx, check=False)
+    if op == "ffn_relu":
+        return lambda: ops.ffn_relu(x, layer.w_gate, layer.b1, layer.w_down_t, layer.b2, idx,
+                                    check=False)
+    return lambda: ops.ffn_gated(x, layer.w_gate, layer.w_up, layer.w_down_t, idx, "reglu",
+                                 check=False)
+
+
+def make_backends(cfg: BenchConfig) -> dict[str, SparseOps]:
+    made: dict[str, SparseOps] = {}
+    for name in cfg.backend_names():
+        if name == "sparse_torch":
+            from powerbench.ops.torch_backend import TorchSparseOps
+
+            made[name] = TorchSparseOps(cfg.device)
+        else:
+            made[name] = get_backend(name, fallback=False)
+    return made
+
+
+def measure_bandwidth(cfg: BenchConfig) -> Bandwidth:
+    if cfg.device == "cuda":
+        return cuda_copy_bandwidth(max(cfg.bandwidth_mb, 1024))
+    return cpu_read_bandwidth(cfg.bandwidth_mb)
+
+
+def run_benchmark(cfg: BenchConfig, log: Callable[[str], None] = print
+                  ) -> tuple[list[ResultRow], Bandwidth]:
+    backends = make_backends(cfg)
+    bandwidth = measure_bandwidth(cfg)
+    log(f"# device={cfg.device} threads={torch.get_num_threads()} "
+        f"bandwidth={bandwidth.gbps:.1f} GB/s ({bandwidth.method}) load={load_average()}")
+    timer = Timer(cfg.device, cfg.timing)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rows: list[ResultRow] = []
+    with torch.inference_mode():
+        for shape in cfg.shapes:
+            d_model, d_ffn = parse_shape(shape)
+            for dtype_name in cfg.dtypes:
+                dtype = DTYPES[dtype_name]
+                layer = LayerData.make(d_model, d_ffn, dtype, cfg.device, gen)
+                es = layer.w_gate.element_size()
+                for batch in cfg.batches:
+                    x = torch.rand(batch, d_model, generator=gen).to(cfg.device, dtype)
+                    coeffs = (torch.rand(batch, d_ffn, generator=gen) + 0.5).to(cfg.device, dtype)
+                    for op in cfg.ops:
+                        base = dict(device=cfg.device, op=op, shape=shape, dtype=dtype_name,
+                                    batch=batch, bandwidth_gbps=bandwidth.gbps)
+                        dense = dense_fn(op, layer, x, coeffs)
+                        dense_samples: list[float] = []
+                        for sparsity in cfg.sparsities:
+                            idx = active_ids(d_ffn, sparsity, gen, cfg.device)
+                            nbytes = touched_bytes(op, idx.numel(), d_model, batch, es, es)
+                            for name, ops in backends.items():
+                                sparse = sparse_fn(op, ops, layer, x, coeffs, idx)
+                                td_s, t_s = timer.samples(dense, sparse)
+                                dense_samples += td_s
+                                t, t_dense = statistics.median(t_s), statistics.median(td_s)
+                                rows.append(ResultRow(backend=name, sparsity=sparsity,
+                                                      time_us=t * 1e6,
+                                                      dense_time_us=t_dense * 1e6,
+                                                      speedup=t_dense / t,
+                                                      achieved_gbps=nbytes / t / 1e9, **base))
+                                log(format_row(rows[-1]))
+                        t_dense = statistics.median(dense_samples or [timer.median(dense)])
+                        nbytes = touched_bytes(op, d_ffn, d_model, batch, es, es)
+                        rows.append(ResultRow(backend="torch_dense", sparsity=0.0,
+                                              time_us=t_dense * 1e6,
+                                              dense_time_us=t_dense * 1e6, speedup=1.0,
+                                              achieved_gbps=nbytes / t_dense / 1e9, **base))
+                        log(format_row(rows[-1]))
+                del layer
+    return rows, bandwidth
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench_operators", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="4096x16384 fp32 batch 1, 4 sparsities (under a minute)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--shapes", nargs="+", help="d_model x d_ffn, e.g. 4096x16384")
+    p.add_argument("--dtypes", nargs="+", choices=tuple(DTYPES))
+    p.add_argument("--batches", nargs="+", type=int)
+    p.add_argument("--sparsities", nargs="+", type=float)
+    p.add_argument("--ops", nargs="+", choices=OPS)
+    p.add_argument("--backends", nargs="+")
+    p.add_argument("--warmup", type=int, help="untimed calls before each measurement")
+    p.add_argument("--reps", type=int, help="minimum timed calls per measurement")
+    p.add_argument("--min-time", type=float, help="minimum timed seconds per measurement")
+    p.add_argument("--flush-mb", type=int, help="cache-flush buffer before each call (0: off)")
+    p.add_argument("--bandwidth-mb", type=int, help="buffer for the bandwidth probe")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads before running")
+    p.add_argument("--out-dir", type=Path, default=None, help="default: <repo>/results")
+    p.add_argument("--tag", default=None, help="file suffix (default: '_quick' with --quick)")
+    p.add_argument("--no-mlflow", action="store_true")
+    p.add_argument("--no-plot", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    cfg = QUICK if args.quick else BenchConfig()
+    cfg = replace(cfg, device=args.device)
+    overrides = {
+        "shapes": args.shapes, "dtypes": args.dtypes, "batches": args.batches,
+        "sparsities": args.sparsities, "ops": args.ops, "backends": args.backends,
+    }
+    cfg = replace(cfg, **{k: tuple(v) for k, v in overrides.items() if v})
+    timing = {"warmup": args.warmup, "reps": args.reps, "min_time_s": args.min_time,
+              "flush_mb": args.flush_mb}
+    timing = {k: v for k, v in timing.items() if v is not None}
+    cfg = replace(cfg, timing=replace(cfg.timing, **timing))
+    if args.bandwidth_mb:
+        cfg = replace(cfg, bandwidth_mb=args.bandwidth_mb)
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = config_from_args(args)
+    from powerbench.ops.build import repo_root
+
+    out_dir = args.out_dir or repo_root() / "results"
+    tag = args.tag if args.tag is not None else ("_quick" if args.quick else "")
+    started = time.perf_counter()
+    load_before = load_average()
+    rows, bandwidth = run_benchmark(cfg, log=lambda line: print(line, flush=True))
+    elapsed = time.perf_counter() - started
+    print(format_table(rows))
+    csv_path = write_csv(rows, out_dir / f"operators_{cfg.device}{tag}.csv")
+    outputs = [csv_path]
+    if not args.no_plot:
+        outputs.append(plot_speedup(rows, out_dir / f"operators_{cfg.device}{tag}.png"))
+    print(f"# {len(rows)} rows in {elapsed:.0f} s; load before {load_before}, "
+          f"after {load_average()}; wrote {', '.join(str(p) for p in outputs)}")
+    if not args.no_mlflow:
+        meta = {"device": cfg.device, "quick": args.quick, "threads": torch.get_num_threads(),
+                "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
+                "load_before": load_before, "load_after": load_average(),
+                "torch": torch.__version__, "elapsed_s": round(elapsed, 1),
+                "shapes": ",".join(cfg.shapes), "dtypes": ",".join(cfg.dtypes),
+                "batches": ",".join(map(str, cfg.batches)),
+                "sparsities": ",".join(map(str, cfg.sparsities))}
+        run_id = log_to_mlflow(rows, meta, outputs)
+        print(f"# logged to MLflow experiment 'operators', run {run_id}")
+    return 0

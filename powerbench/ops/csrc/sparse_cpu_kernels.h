@@ -1,0 +1,40 @@
+// Neuron-aware sparse kernels for the CPU: raw pointers, no torch headers.
+//
+// Layout conventions (row-major, "neuron-major"):
+//   row  : W  [N, K]  one neuron per row (fc1, gate, up as stored by HF)
+//   axpy : Wt [N, D]  the down projection stored transposed, one neuron per row
+//   x    : [B, K] fp32, coeff: [B, ldc] fp32, out: [B, ldo] fp32
+// Weights are fp32, fp16 (IEEE half) or bf16; accumulation is always fp32.
+#pragma once
+
+#include <cstdint>
+
+namespace pbops {
+
+enum WType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum GatedKind : int { kReGLU = 0, kDReLU = 1, kSwiGLU = 2 };
+
+// out[b, col(j)] = act(W[idx[j], :] . x[b, :] + bias[idx[j]]) for j < n,
+// col(j) = idx[j] when scatter (out must be pre-zeroed), else j.
+void row(WType wt, const void* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
+         int64_t n, const float* bias, bool relu, float* out, int64_t ldo, bool scatter,
+         int threads);
+
+// out[b, :] += sum_j coeff[b, j] * Wt[idx[j], :]; neurons whose coefficients are all
+// zero for every token are skipped (their rows are never read).
+void axpy(WType wt, const void* w_t, int64_t D, const float* coeff, int64_t ldc, int64_t B,
+          const int64_t* idx, int64_t n, float* out, int threads);
+
+// h[b, j] = act(Wg[idx[j]] . x[b]) * f(Wu[idx[j]] . x[b]) for the gated FFNs; for ReGLU and
+// dReLU the up row is not read when the gate is <= 0 for every token.
+void gated_hidden(WType wt, const void* w_gate, const void* w_up, int64_t K, const float* x,
+                  int64_t B, const int64_t* idx, int64_t n, GatedKind kind, float* h,
+                  int threads);
+
+// Sum of buf[0..n) read with all threads (memory read-bandwidth probe).
+double read_sum(const float* buf, int64_t n, int threads);
+
+// Distinct workers that took part in a probe job run with `threads` (tests the pool).
+int threads_used(int threads);
+
+}  // namespace pbops

@@ -1,0 +1,73 @@
+"""Compiled CUDA backend: warp-per-row *row* kernels and a block-split atomic *axpy*.
+
+Kernels are in ``csrc/sparse_cuda_kernels.cu`` (plain CUDA), the torch binding in
+``csrc/sparse_cuda_binding.cpp``. The active set stays on the device: an id tensor, or a
+:class:`~powerbench.ops.interface.Threshold` whose scores are tested inside the kernels, so a
+layer needs no device->host copy. ``check=True`` validates ids with torch ops and therefore
+synchronises; pass ``check=False`` in the decode loop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from powerbench.ops.build import load_cuda_extension
+from powerbench.ops.checks import validate_ids
+from powerbench.ops.errors import BackendUnavailable, summarize
+from powerbench.ops.interface import SparseOps, Threshold
+from powerbench.ops.weights import GATED_KINDS
+
+
+def _split(active: torch.Tensor | Threshold) -> tuple[torch.Tensor | None, torch.Tensor | None,
+                                                       float]:
+    if isinstance(active, Threshold):
+        return None, active.scores, float(active.threshold)
+    return active, None, 0.0
+
+
+class CudaSparseOps(SparseOps):
+    name = "sparse_cuda"
+    device = "cuda"
+    device_threshold = True
+    validates_in_python = False  # done below, only when asked (it synchronises)
+
+    def __init__(self) -> None:
+        ops = torch.ops.powerbench_cuda
+        self._row_op = ops.row.default
+        self._axpy_op = ops.axpy.default
+        self._ffn_relu_op = ops.ffn_relu.default
+        self._ffn_gated_op = ops.ffn_gated.default
+
+    @classmethod
+    def create(cls) -> CudaSparseOps:
+        if not torch.cuda.is_available():
+            build = torch.version.cuda or "CPU-only"
+            raise BackendUnavailable(f"no CUDA device (torch {torch.__version__}, {build} build)")
+        try:
+            load_cuda_extension()
+        except Exception as err:
+            raise BackendUnavailable(f"CUDA extension build failed: {summarize(err)}") from err
+        return cls()
+
+    @staticmethod
+    def _checked(active, limit: int, check: bool):
+        if check and not isinstance(active, Threshold):
+            validate_ids(active, limit)
+        return _split(active)
+
+    def _row(self, w, x, idx, scatter, bias, relu, check):
+        ids, scores, thr = self._checked(idx, w.shape[0], check)
+        return self._row_op(w, x, ids, scores, thr, bias, relu, scatter)
+
+    def _axpy(self, w_t, coeffs, idx, check):
+        ids, scores, thr = self._checked(idx, w_t.shape[0], check)
+        return self._axpy_op(w_t, coeffs, ids, scores, thr, None)
+
+    def _ffn_relu(self, x, w1, b1, w2_t, b2, idx, check):
+        ids, scores, thr = self._checked(idx, w1.shape[0], check)
+        return self._ffn_relu_op(x, w1, b1, w2_t, b2, ids, scores, thr)
+
+    def _ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind, check):
+        ids, scores, thr = self._checked(idx, w_gate.shape[0], check)
+        return self._ffn_gated_op(x, w_gate, w_up, w_down_t, ids, scores, thr,
+                                  GATED_KINDS.index(kind))

@@ -1,0 +1,198 @@
+"""The neuron-aware sparse operator interface every backend implements.
+
+Conventions (all backends):
+
+* Weights are neuron-major: ``w``/``w1``/``w_gate``/``w_up`` are ``[d_ffn, d_model]`` as
+  HF stores fc1/gate/up, and the down projection is stored *transposed*,
+  ``w_t``/``w2_t``/``w_down_t`` = ``[d_ffn, d_model]``, so one neuron's weights are one
+  contiguous row in every matrix. Storage is fp32, fp16 or bf16; accumulation is fp32.
+* ``x`` is ``[batch, d_model]`` (or ``[d_model]`` for one token), any float dtype; results
+  come back in ``x``'s dtype (``coeffs``'s for :meth:`SparseOps.axpy`) and shape.
+* The active set ``idx`` is a 1-D int32/int64 tensor of distinct neuron ids in any order
+  (sorted ids read memory in order and are a little faster). For a batch it is the
+  **union** over the tokens: every listed neuron is computed exactly for every token (a
+  ReLU still zeroes the tokens where the neuron is not active), every other neuron is
+  treated as zero for all tokens.
+* Instead of an id list, ``idx`` may be a :class:`Threshold` (predictor scores and a
+  threshold, active = ``scores > threshold``). The CUDA backend applies it on the device
+  inside the kernels (no host round trip); the others turn it into ids. With a Threshold
+  the ``row`` output is always scattered ``[batch, d_ffn]`` and ``axpy`` takes full
+  ``[batch, d_ffn]`` coefficients.
+* ``check=True`` (default) validates ids: out-of-range -> IndexError, repeated -> ValueError,
+  wrong dtype -> TypeError. On CUDA this check synchronises with the device; pass
+  ``check=False`` in a decode loop once the predictor is trusted.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from powerbench.ops.checks import (
+    as_batch,
+    check_index_type,
+    check_same,
+    check_vector,
+    check_weight,
+    validate_ids,
+)
+from powerbench.ops.weights import GATED_KINDS, GatedFFNWeights, ReluFFNWeights
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Active set given as predictor scores: neuron i is active iff ``scores[i] > threshold``."""
+
+    scores: torch.Tensor
+    threshold: float = 0.0
+
+
+Active = torch.Tensor | Threshold
+
+
+def _finish(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if like.dim() == 1:
+        y = y.squeeze(0)
+    return y if y.dtype == like.dtype else y.to(like.dtype)
+
+
+class SparseOps(ABC):
+    """Public operator methods: argument checks here, the arithmetic in ``_row`` etc."""
+
+    name: ClassVar[str]
+    device: ClassVar[str]
+    #: the backend consumes a Threshold directly (else it is turned into ids first)
+    device_threshold: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- public API
+    def row(
+        self,
+        w: torch.Tensor,
+        x: torch.Tensor,
+        idx: Active,
+        scatter: bool = False,
+        *,
+        bias: torch.Tensor | None = None,
+        relu: bool = False,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """``y[b, j] = act(w[idx[j]] . x[b] + bias[idx[j]])``.
+
+        Compact ``[batch, len(idx)]`` (column j for ``idx[j]``), or with ``scatter`` the
+        full ``[batch, d_ffn]`` with zeros for inactive neurons.
+        """
+        check_weight(w, "w", self.device)
+        x2 = as_batch(x, w.shape[1], "x", self.device)
+        check_vector(bias, w.shape[0], "bias", self.device)
+        ids, scatter = self._active(idx, w.shape[0], scatter, check)
+        return _finish(self._row(w, x2, ids, scatter, bias, relu, check), x)
+
+    def axpy(
+        self, w_t: torch.Tensor, coeffs: torch.Tensor, idx: Active, *, check: bool = True
+    ) -> torch.Tensor:
+        """``y[b] = sum_j coeffs[b, j] * w_t[idx[j]]`` -> ``[batch, d_model]``.
+
+        ``coeffs`` is compact ``[batch, len(idx)]`` (``[batch, d_ffn]`` with a Threshold).
+        """
+        check_weight(w_t, "w_t", self.device)
+        if isinstance(idx, Threshold):
+            n_cols = w_t.shape[0]
+        else:
+            check_index_type(idx, self.device)
+            n_cols = idx.shape[0]
+        c2 = as_batch(coeffs, n_cols, "coeffs", self.device)
+        ids, _ = self._active(idx, w_t.shape[0], True, check)
+        if isinstance(idx, Threshold) and not isinstance(ids, Threshold):
+            c2 = c2.index_select(1, ids)
+        return _finish(self._axpy(w_t, c2, ids, check), coeffs)
+
+    def ffn_relu(
+        self,
+        x: torch.Tensor,
+        w1: torch.Tensor,
+        b1: torch.Tensor | None,
+        w2_t: torch.Tensor,
+        b2: torch.Tensor | None,
+        idx: Active,
+        *,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """``y = b2 + sum_{i in idx} relu(w1[i] . x + b1[i]) * w2_t[i]`` (OPT fc1 -> fc2)."""
+        check_weight(w1, "w1", self.device)
+        check_same(w1, "w1", w2_t, "w2_t")
+        x2 = as_batch(x, w1.shape[1], "x", self.device)
+        check_vector(b1, w1.shape[0], "b1", self.device)
+        check_vector(b2, w1.shape[1], "b2", self.device)
+        ids, _ = self._active(idx, w1.shape[0], False, check)
+        return _finish(self._ffn_relu(x2, w1, b1, w2_t, b2, ids, check), x)
+
+    def ffn_gated(
+        self,
+        x: torch.Tensor,
+        w_gate: torch.Tensor,
+        w_up: torch.Tensor,
+        w_down_t: torch.Tensor,
+        idx: Active,
+        kind: str = "reglu",
+        *,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """``y = sum_{i in idx} act(g_i) * f(u_i) * w_down_t[i]``, ``g_i = w_gate[i] . x``.
+
+        kind ``reglu``: relu(g) * u; ``drelu``: relu(g) * relu(u); ``swiglu``: silu(g) * u.
+        """
+        if kind not in GATED_KINDS:
+            raise ValueError(f"unknown gated kind {kind!r}; valid: {', '.join(GATED_KINDS)}")
+        check_weight(w_gate, "w_gate", self.device)
+        check_same(w_gate, "w_gate", w_up, "w_up")
+        check_same(w_gate, "w_gate", w_down_t, "w_down_t")
+        x2 = as_batch(x, w_gate.shape[1], "x", self.device)
+        ids, _ = self._active(idx, w_gate.shape[0], False, check)
+        return _finish(self._ffn_gated(x2, w_gate, w_up, w_down_t, ids, kind, check), x)
+
+    def ffn(
+        self, x: torch.Tensor, weights: ReluFFNWeights | GatedFFNWeights, idx: Active, *,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """Fused FFN for prepared weights (see :mod:`powerbench.ops.weights`)."""
+        if isinstance(weights, ReluFFNWeights):
+            return self.ffn_relu(x, weights.w1, weights.b1, weights.w2_t, weights.b2, idx,
+                                 check=check)
+        return self.ffn_gated(x, weights.w_gate, weights.w_up, weights.w_down_t, idx,
+                              weights.kind, check=check)
+
+    # ---------------------------------------------------------------- helpers
+    def _active(
+        self, idx: Active, limit: int, scatter: bool, check: bool
+    ) -> tuple[torch.Tensor | Threshold, bool]:
+        if isinstance(idx, Threshold):
+            check_vector(idx.scores, limit, "Threshold.scores", self.device)
+            if self.device_threshold:
+                return idx, True
+            return (idx.scores > idx.threshold).nonzero().flatten(), True
+        check_index_type(idx, self.device)
+        if check and self.validates_in_python:
+            validate_ids(idx, limit)
+        return idx, scatter
+
+    #: ids are range/duplicate-checked in Python (False: the backend does it itself)
+    validates_in_python: ClassVar[bool] = True
+
+    # ---------------------------------------------------------------- backend hooks
+    @abstractmethod
+    def _row(self, w, x, idx, scatter, bias, relu, check) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _axpy(self, w_t, coeffs, idx, check) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _ffn_relu(self, x, w1, b1, w2_t, b2, idx, check) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind, check) -> torch.Tensor: ...
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"

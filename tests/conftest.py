@@ -1,0 +1,43 @@
+"""Session-wide fixtures shared by every test package.
+
+`tiny_model`: a small `tiny_relu` (2 layers, d_model 64, d_ffn 256, 512-token BPE,
+80 steps on ShareGPT train text; a few seconds on two cores) built through the same code
+path as the default model (`load_tiny_relu`) into a temporary cache. It is a real trained
+`OPTForCausalLM` + `PreTrainedTokenizerFast` (a `TinyLoadedModel`: `.model`, `.tokenizer`,
+`.spec`, `.report`); its held-out perplexity is clearly below the unigram perplexity.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+TINY_TEST_TRAIN = dict(
+    vocab_size=512, tokenizer_chars=300_000, n_layers=2, d_model=64, d_ffn=256, n_heads=2,
+    max_positions=128, seq_len=64, batch_size=32, steps=80, lr=3e-3, warmup_steps=8,
+    train_chars=400_000, eval_tokens=4096, max_docs=2000,
+)
+
+
+@pytest.fixture
+def tiny_model_config():
+    """A fresh ModelConfig of the test-sized tiny_relu (the one `tiny_model` is built from)."""
+    from powerbench.models.config import ModelConfig, TinyTrainConfig
+
+    return ModelConfig(_target_="powerbench.models.tiny_relu.load_tiny_relu", name="tiny_relu",
+                       tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A small trained tiny_relu (TinyLoadedModel), trained once per test session."""
+    from powerbench.models.config import ModelConfig, TinyTrainConfig
+    from powerbench.models.tiny_relu import load_tiny_relu
+
+    cfg = ModelConfig(_target_="powerbench.models.tiny_relu.load_tiny_relu", name="tiny_relu",
+                      tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
+    return load_tiny_relu(cfg, cache_dir=tmp_path_factory.mktemp("tiny_cache"), progress=False)

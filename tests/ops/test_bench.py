@@ -1,0 +1,66 @@
+"""The operator benchmark end to end on a tiny shape: CSV columns, PNG, table, numbers."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from powerbench.ops import bench
+from powerbench.ops.bench_report import COLUMNS
+
+TINY = ["--shapes", "64x256", "--dtypes", "fp32", "fp16", "--batches", "1", "3",
+        "--sparsities", "0", "0.9", "--warmup", "0", "--reps", "1", "--min-time", "0",
+        "--flush-mb", "0", "--bandwidth-mb", "16", "--no-mlflow"]
+
+
+def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, capsys):
+    assert bench.main([*TINY, "--out-dir", str(tmp_path)]) == 0
+    with (tmp_path / "operators_cpu.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames) == COLUMNS == (
+            "device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
+            "dense_time_us", "speedup", "achieved_gbps", "bandwidth_gbps")
+        rows = list(reader)
+    # 2 dtypes x 2 batches x 4 ops x (1 dense + 2 sparsities x 2 backends)
+    assert len(rows) == 2 * 2 * 4 * 5
+    assert {r["backend"] for r in rows} == {"torch_dense", "sparse_torch", "sparse_cpu"}
+    for r in rows:
+        t, dense, speedup = float(r["time_us"]), float(r["dense_time_us"]), float(r["speedup"])
+        assert t > 0 and dense > 0 and float(r["bandwidth_gbps"]) > 0
+        assert math.isclose(speedup, dense / t, rel_tol=1e-3)
+    assert (tmp_path / "operators_cpu.png").stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert "sparse_cpu us" in out and "speedup" in out
+
+
+def test_touched_bytes_counts_active_rows_only():
+    # 100 active rows of 4096 fp16 weights, 2 matrices, batch 1 in/out activations
+    assert bench.touched_bytes("ffn_relu", 100, 4096, 1, 2, 2) == 2 * 100 * 4096 * 2 + 2 * 4096 * 2
+    assert bench.touched_bytes("ffn_gated", 10, 8, 1, 4, 4) == 3 * 10 * 8 * 4 + 2 * 8 * 4
+
+
+def test_quick_config_and_shape_parsing():
+    args = bench.build_parser().parse_args(["--quick"])
+    cfg = bench.config_from_args(args)
+    assert cfg.shapes == ("4096x16384",) and cfg.dtypes == ("fp32",) and cfg.batches == (1,)
+    assert bench.parse_shape("8192x28672") == (8192, 28672)
+    full = bench.config_from_args(bench.build_parser().parse_args([]))
+    assert full.shapes == ("4096x11008", "4096x16384", "8192x28672")
+    assert full.sparsities == (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
+
+
+@pytest.mark.slow
+def test_mlflow_run_is_logged(tmp_path, monkeypatch, backends):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
+            "--ops", "row", "--warmup", "0", "--reps", "1", "--min-time", "0", "--flush-mb", "0",
+            "--bandwidth-mb", "16", "--no-plot", "--out-dir", str(tmp_path)]
+    assert bench.main(argv) == 0
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["operators"])
+    assert len(runs) == 1
+    assert any(c.startswith("metrics.speedup/sparse_cpu/row/64x256") for c in runs.columns)

@@ -1,0 +1,25 @@
+"""Fixtures for predictor tests (planted data lives in planted.py)."""
+
+from __future__ import annotations
+
+import pytest
+from planted import flat_frequencies, make_profile, planted_layer
+
+from powerbench.profiling.profile import ActivationProfile
+
+
+@pytest.fixture(scope="session")
+def flat_profile() -> ActivationProfile:
+    return make_profile([planted_layer(0, flat_frequencies(), seed=1),
+                         planted_layer(1, flat_frequencies(), seed=2)])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread avoids contention on shared CPUs (restored afterwards)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
