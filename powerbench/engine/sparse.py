@@ -26,11 +26,13 @@ def _fp32(bias: Tensor | None) -> Tensor | None:
 
 class SparseFFN:
     def __init__(self, weights: DecoderWeights, backend: str = "sparse_cpu",
-                 predictors: Any = None, check: bool = False) -> None:
+                 predictors: Any = None, check: bool = False, loaded: Any = None) -> None:
         if predictors is None:
             raise ValueError(f"engine={backend} computes the neurons a predictor chooses: run it "
                              "with predictor=fixed, adaptive or oracle (predictor=none is the "
                              "dense baseline, engine=dense)")
+        if loaded is not None:
+            predictors.check_compatible(loaded.spec)  # predictors for another shape: refused
         self.ops = get_backend(backend)  # falls back (one warning) if it cannot be built
         self.backend = self.ops.name
         self.predictors = predictors

@@ -7,10 +7,10 @@ weights come from `powerbench.models.loading`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class FFNKind(str, Enum):
+class FFNKind(StrEnum):
     """How the MLP block turns its input into neuron activations.
 
     Member names equal their values so configs can say `ffn_kind: relu`.
@@ -31,7 +31,7 @@ class FFNKind(str, Enum):
         return self is not FFNKind.swiglu
 
 
-class WeightDType(str, Enum):
+class WeightDType(StrEnum):
     fp32 = "fp32"
     fp16 = "fp16"
     bf16 = "bf16"

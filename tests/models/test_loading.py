@@ -28,8 +28,8 @@ def test_offline_hub_model_fails_fast_and_says_what_to_do(monkeypatch, tmp_path)
 
 def test_local_directory_checkpoint(tmp_path):
     """A local path loads through the same code as a hub id (no network)."""
-    from transformers import OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast
 
     config = OPTConfig(vocab_size=64, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
                        num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32)
