@@ -85,6 +85,8 @@ def test_cache_hit_corruption_and_report(tmp_path, monkeypatch, tiny_model_confi
     listed = json.loads((first.directory / tr.REPORT_FILE).read_text())["files"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(listed)
 
+    # the loaded model may map the file: keep a private copy before corrupting it
+    first_state = {k: v.clone() for k, v in _state(first.model).items()}
     weights = first.directory / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped bit-pattern deep inside a tensor
@@ -93,7 +95,7 @@ def test_cache_hit_corruption_and_report(tmp_path, monkeypatch, tiny_model_confi
     assert tr.tiny_relu_report(cfg, cache_dir=tmp_path) is None
     third = tr.load_tiny_relu(cfg, cache_dir=tmp_path, progress=False)
     assert len(calls) == 2  # corrupt -> retrained, to the same weights
-    assert all(torch.equal(a, b) for a, b in zip(_state(first.model).values(),
+    assert all(torch.equal(a, b) for a, b in zip(first_state.values(),
                                                  _state(third.model).values(), strict=True))
     (third.directory / "tokenizer.json").unlink()
     tr.load_tiny_relu(cfg, cache_dir=tmp_path, progress=False)
