@@ -28,7 +28,7 @@ class BenchConfig:
     batch_size: int = 1
     warmup: int = 1
     repeats: int = 3
-    threads: int = 0  # 0: torch's default (all cores)
+    threads: int = 1  # 0: torch's default (all cores); tiny models decode fastest on one
     greedy: bool = True
 
 
