@@ -54,7 +54,8 @@ from powerbench.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
 
-# Bump when a change to this module, train.py or tokenizer.py changes the trained weights.
+# Bump when a change to this module, train.py or tokenizer.py changes the trained weights
+# (not for tokenizer-wrapper settings such as model_max_length: those leave weights alone).
 CODE_VERSION = 1
 REPORT_FILE = "report.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", REPORT_FILE)
@@ -116,10 +117,11 @@ def is_valid(directory: Path) -> bool:
 
 def _discard(directory: Path) -> None:
     """Remove a broken checkpoint (renamed first, so no reader sees it half-deleted)."""
-    if not directory.exists():
+    trash = directory.with_name(f".{directory.name}.{os.getpid()}.{time.monotonic_ns()}.trash")
+    try:
+        os.rename(directory, trash)
+    except FileNotFoundError:  # already gone (e.g. discarded by another process)
         return
-    trash = directory.with_name(f".{directory.name}.{os.getpid()}.trash")
-    os.replace(directory, trash)
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -141,6 +143,7 @@ def _publish(model: OPTForCausalLM, tokenizer: PreTrainedTokenizerFast, report: 
         record = dict(report.to_dict(), files=files)
         entries.store(REPORT_FILE, lambda dst: dst.write_text(json.dumps(record, indent=1)),
                       meta={"key": report.key})
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the others
         try:
             os.rename(staging, directory)
         except OSError:  # another process published the same key first
@@ -252,7 +255,7 @@ def train_tiny_relu(tiny: TinyTrainConfig, key: str = "", progress: bool = True
              "perplexity %.2f vs unigram %.2f (%.3f bits/byte)", report.train_time_s,
              report.optimize_time_s, report.tokens_seen, report.load_average,
              report.heldout_perplexity, report.unigram_perplexity, report.heldout_bits_per_byte)
-    return model, bpe.wrap(tok, tiny.max_positions), report
+    return model, bpe.wrap(tok), report
 
 
 # ---- public entry points ---------------------------------------------------------------------

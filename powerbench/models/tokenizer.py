@@ -35,11 +35,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     return tok
 
 
-def wrap(tok: Tokenizer, max_length: int) -> PreTrainedTokenizerFast:
-    """A transformers tokenizer: `tokenizer(text)` prepends </s> like OPT's."""
+def wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    """A transformers tokenizer: `tokenizer(text)` prepends </s> like OPT's. Like OPT's it
+    sets no model_max_length (whole documents are tokenised, then cut into windows); the
+    position limit is the model config's `max_position_embeddings`."""
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="</s>", eos_token="</s>",
-                                   pad_token="<pad>", unk_token="<unk>",
-                                   model_max_length=max_length)
+                                   pad_token="<pad>", unk_token="<unk>")
 
 
 def encode_documents(tok: Tokenizer, texts: Sequence[str]) -> list[int]:

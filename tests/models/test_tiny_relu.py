@@ -54,6 +54,7 @@ def test_tokenizer_round_trip_and_generate(tiny_model):
     assert out.shape[1] == inputs["input_ids"].shape[1] + 8
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(tiny_model, tiny_model_config):
     cfg = tiny_model_config
     model, tokenizer, report = tr.train_tiny_relu(cfg.tiny, progress=False)
@@ -65,9 +66,11 @@ def test_training_is_deterministic(tiny_model, tiny_model_config):
     assert report.heldout_perplexity == tiny_model.train_report.heldout_perplexity
 
 
+@pytest.mark.slow
 def test_cache_hit_corruption_and_report(tmp_path, monkeypatch, tiny_model_config):
     cfg = tiny_model_config
-    cfg.tiny = dataclasses.replace(cfg.tiny, steps=10)
+    cfg.tiny = dataclasses.replace(cfg.tiny, steps=5, max_docs=400, tokenizer_chars=100_000,
+                                   train_chars=100_000, eval_tokens=1024)
     assert tr.tiny_relu_report(cfg, cache_dir=tmp_path) is None
     calls = []
     real_train = tr.train_tiny_relu
