@@ -166,6 +166,15 @@ class _Converter:
         return self.req(module.weight), self(module.bias)
 
 
+def _attention(sa, out_proj, conv) -> AttentionWeights:
+    """q/k/v/out projections of one attention block (OPT and LLaMA name only `out` apart)."""
+    wq, bq = conv.linear(sa.q_proj)
+    wk, bk = conv.linear(sa.k_proj)
+    wv, bv = conv.linear(sa.v_proj)
+    wo, bo = conv.linear(out_proj)
+    return AttentionWeights(wq, wk, wv, wo, bq, bk, bv, bo)
+
+
 def _layer_norm(module: Any, conv: _Converter) -> NormWeights:
     return NormWeights("layer", conv(module.weight), conv(module.bias), float(module.eps))
 
@@ -181,16 +190,11 @@ def _extract_opt(model: Any, conv: _Converter) -> DecoderWeights:
     dec = model.model.decoder
     layers = []
     for blk in dec.layers:
-        sa = blk.self_attn
-        wq, bq = conv.linear(sa.q_proj)
-        wk, bk = conv.linear(sa.k_proj)
-        wv, bv = conv.linear(sa.v_proj)
-        wo, bo = conv.linear(sa.out_proj)
         w1, b1 = conv.linear(blk.fc1)
         w2, b2 = conv.linear(blk.fc2)
         layers.append(LayerWeights(
             attn_norm=_layer_norm(blk.self_attn_layer_norm, conv),
-            attn=AttentionWeights(wq, wk, wv, wo, bq, bk, bv, bo),
+            attn=_attention(blk.self_attn, blk.self_attn.out_proj, conv),
             ffn_norm=_layer_norm(blk.final_layer_norm, conv),
             ffn=ReluFFNWeights(w1=w1, b1=b1, w2=w2, w2_t=conv.transposed(blk.fc2.weight), b2=b2),
         ))
@@ -229,17 +233,13 @@ def _extract_llama(model: Any, conv: _Converter) -> DecoderWeights:
         raise ValueError(f"rope_type {rope_type!r} depends on the sequence length; not supported")
     layers = []
     for blk in model.model.layers:
-        sa, mlp = blk.self_attn, blk.mlp
-        wq, bq = conv.linear(sa.q_proj)
-        wk, bk = conv.linear(sa.k_proj)
-        wv, bv = conv.linear(sa.v_proj)
-        wo, bo = conv.linear(sa.o_proj)
+        mlp = blk.mlp
         wg, bg = conv.linear(mlp.gate_proj)
         wu, bu = conv.linear(mlp.up_proj)
         wd, bd = conv.linear(mlp.down_proj)
         layers.append(LayerWeights(
             attn_norm=_rms_norm(blk.input_layernorm, conv),
-            attn=AttentionWeights(wq, wk, wv, wo, bq, bk, bv, bo),
+            attn=_attention(blk.self_attn, blk.self_attn.o_proj, conv),
             ffn_norm=_rms_norm(blk.post_attention_layernorm, conv),
             ffn=GatedFFNWeights(
                 w_gate=wg, w_up=wu, w_down=wd, w_down_t=conv.transposed(mlp.down_proj.weight),
