@@ -3,7 +3,8 @@
 The FFN comes from the engine config's `ffn` node (`_target_` + parameters), built as
 `Target(weights=<DecoderWeights>, **params, **accepted_context)`. An FFN may offer
 `metrics() -> dict[str, float]` (e.g. active-neuron share, GPU/CPU neuron-load split);
-those are merged into the result's metrics after the timed runs.
+those are merged into the result's metrics after the timed runs; and `rewind()`, called
+before every generation (warm-up and timed).
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ class DecoderEngine:
         sampling = self.sampling.config(bench.greedy, eos_token_ids(loaded.model))
         ids = input_ids.to(device)
 
+        rewind = getattr(decoder.ffn, "rewind", None)  # e.g. replayed oracle active sets
+
         def once() -> tuple[RunTiming, Tensor]:
+            if rewind is not None:
+                rewind()
             clock = StepClock(device)
             gen = decoder.generate(ids, bench.new_tokens, sampling, clock=clock)
             return clock.timing(), gen.tokens

@@ -3,9 +3,14 @@
 Per layer and decode step, the predictors choose the active neurons (the union over the
 batch's tokens) and a neuron-aware operator backend (`powerbench.ops`) computes only
 those: each active neuron's fc1 row and fc2 column are read as contiguous vectors, the
-rest of the FFN's weights are never touched. With `predictor=oracle` the active set is
-the true one (from the layer's own fc1, computed densely): the accuracy bound, whose speed
-includes that dense fc1.
+rest of the FFN's weights are never touched. Trained predictors run inside the same
+operator call (`SparseOps.ffn_predicted`: one dispatch per layer on sparse_cpu, where the
+predictor, the threshold and the FFN are one C++ call); `fused=False` runs the predictor
+in torch first, then the operator. With `predictor=oracle` the active set is
+the true one (from the layer's own fc1, computed densely): the accuracy bound. Its sets
+are recorded during the first generation (the engine's warm-up) and replayed on later
+ones (`rewind()`, `powerbench.predictors.replay`), so timed oracle runs pay for the sparse
+operators alone: the speed bound.
 """
 
 from __future__ import annotations
@@ -18,15 +23,30 @@ from torch import Tensor
 from powerbench.engine.ffn import FFNObserver
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.ops import get_backend
+from powerbench.ops import weights as ops_weights
+from powerbench.predictors.replay import ReplayedActiveSets
 
 
 def _fp32(bias: Tensor | None) -> Tensor | None:
     return None if bias is None else bias.float().contiguous()
 
 
+def operator_weights(f: ReluFFNWeights | GatedFFNWeights) -> ops_weights.ReluFFNWeights | \
+        ops_weights.GatedFFNWeights:
+    """A decoder layer's FFN in the operators' layout (neuron-major, fp32 biases)."""
+    if isinstance(f, GatedFFNWeights):
+        if any(b is not None for b in (f.b_gate, f.b_up, f.b_down)):
+            raise ValueError("sparse gated FFNs have no biases; this model has some")
+        return ops_weights.GatedFFNWeights(w_gate=f.w_gate.contiguous(), w_up=f.w_up.contiguous(),
+                                           w_down_t=f.w_down_t.contiguous(), kind=f.kind.value)
+    return ops_weights.ReluFFNWeights(w1=f.w1.contiguous(), b1=_fp32(f.b1),
+                                      w2_t=f.w2_t.contiguous(), b2=_fp32(f.b2))
+
+
 class SparseFFN:
     def __init__(self, weights: DecoderWeights, backend: str = "sparse_cpu",
-                 predictors: Any = None, check: bool = False, loaded: Any = None) -> None:
+                 predictors: Any = None, check: bool = False, fused: bool = True,
+                 loaded: Any = None) -> None:
         if predictors is None:
             raise ValueError(f"engine={backend} computes the neurons a predictor chooses: run it "
                              "with predictor=fixed, adaptive or oracle (predictor=none is the "
@@ -35,30 +55,27 @@ class SparseFFN:
             predictors.check_compatible(loaded.spec)  # predictors for another shape: refused
         self.ops = get_backend(backend)  # falls back (one warning) if it cannot be built
         self.backend = self.ops.name
+        if getattr(predictors, "idealised", False):
+            predictors = ReplayedActiveSets(predictors)
         self.predictors = predictors
         self.check = check
-        self.layers = [self._prepare(layer.ffn) for layer in weights.layers]
+        self.layers = [operator_weights(layer.ffn) for layer in weights.layers]
+        # trained predictors run inside the operator call (one dispatch per layer)
+        fusable = fused and hasattr(predictors, "fused_weights")
+        self.fused = ([self.ops.prepare_ffn_predicted(f, predictors.fused_weights(i))
+                       for i, f in enumerate(self.layers)] if fusable else None)
         self.d_ffn = weights.layers[0].ffn.d_ffn
         self.active_sum = 0
         self.calls = 0
 
-    @staticmethod
-    def _prepare(f: ReluFFNWeights | GatedFFNWeights):
-        if isinstance(f, GatedFFNWeights):
-            if any(b is not None for b in (f.b_gate, f.b_up, f.b_down)):
-                raise ValueError("sparse gated FFNs have no biases; this model has some")
-            return f
-        return ReluFFNWeights(w1=f.w1.contiguous(), b1=_fp32(f.b1), w2=f.w2,
-                              w2_t=f.w2_t.contiguous(), b2=_fp32(f.b2), kind=f.kind)
-
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
-        idx = self.predictors.predict(layer_idx, x)
-        f = self.layers[layer_idx]
-        if isinstance(f, GatedFFNWeights):
-            y = self.ops.ffn_gated(x, f.w_gate, f.w_up, f.w_down_t, idx, f.kind.value,
-                                   check=self.check)
+        if self.fused is not None:
+            y, idx = self.fused[layer_idx](x)
+            if y.dtype != x.dtype:
+                y = y.to(x.dtype)
         else:
-            y = self.ops.ffn_relu(x, f.w1, f.b1, f.w2_t, f.b2, idx, check=self.check)
+            idx = self.predictors.predict(layer_idx, x)
+            y = self.ops.ffn(x, self.layers[layer_idx], idx, check=self.check)
         self.active_sum += int(idx.numel())
         self.calls += 1
         if observer is not None:
@@ -67,8 +84,19 @@ class SparseFFN:
             observer.record(layer_idx, x, mask)
         return y
 
+    def rewind(self) -> None:
+        """A new generation starts (idealised predictors replay what they recorded)."""
+        rewind = getattr(self.predictors, "rewind", None)
+        if rewind is not None:
+            rewind()
+
     def metrics(self) -> dict[str, float]:
-        """Mean share of FFN neurons computed per layer call (union over the batch)."""
+        """Mean share of FFN neurons computed per layer call (union over the batch); for
+        replayed (oracle) sets, the share of calls answered from the recording."""
         if not self.calls:
             return {}
-        return {"sparse_computed_fraction": self.active_sum / (self.calls * self.d_ffn)}
+        out = {"sparse_computed_fraction": self.active_sum / (self.calls * self.d_ffn)}
+        if isinstance(self.predictors, ReplayedActiveSets):
+            p = self.predictors
+            out["oracle_replayed_share"] = p.replayed / max(p.replayed + p.asked, 1)
+        return out

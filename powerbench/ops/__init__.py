@@ -16,6 +16,7 @@ from powerbench.ops.registry import BACKENDS, available_backends, clear_cache, g
 from powerbench.ops.weights import (
     GATED_KINDS,
     GatedFFNWeights,
+    PredictorWeights,
     ReluFFNWeights,
     prepare_gated_ffn,
     prepare_relu_ffn,
@@ -27,6 +28,7 @@ __all__ = [
     "Active",
     "BackendUnavailable",
     "GatedFFNWeights",
+    "PredictorWeights",
     "ReluFFNWeights",
     "SparseOps",
     "Threshold",

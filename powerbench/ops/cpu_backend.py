@@ -12,7 +12,7 @@ import torch
 from powerbench.ops.build import load_cpu_extension
 from powerbench.ops.errors import BackendUnavailable, summarize
 from powerbench.ops.interface import SparseOps
-from powerbench.ops.weights import GATED_KINDS
+from powerbench.ops.weights import GATED_KINDS, ReluFFNWeights
 
 SUPPORTED_CAPABILITIES = ("AVX2", "AVX512")
 
@@ -32,6 +32,8 @@ class CpuSparseOps(SparseOps):
         self._axpy_op = ops.axpy.default
         self._ffn_relu_op = ops.ffn_relu.default
         self._ffn_gated_op = ops.ffn_gated.default
+        self._ffn_relu_predicted_op = ops.ffn_relu_predicted.default
+        self._ffn_gated_predicted_op = ops.ffn_gated_predicted.default
         self._read_sum_op = ops.read_bandwidth_sum.default
         self._threads_used_op = ops.threads_used.default
 
@@ -58,6 +60,18 @@ class CpuSparseOps(SparseOps):
 
     def _ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind, check):
         return self._ffn_gated_op(x, w_gate, w_up, w_down_t, idx, GATED_KINDS.index(kind), check)
+
+    def _prepare_ffn_predicted(self, weights, predictor):
+        p = predictor
+        head = (p.w1, p.b1, p.w2_t, p.b2, float(p.threshold), p.hidden_relu)
+        if isinstance(weights, ReluFFNWeights):
+            op, tail = self._ffn_relu_predicted_op, (weights.w1, weights.b1, weights.w2_t,
+                                                     weights.b2)
+        else:
+            op, tail = self._ffn_gated_predicted_op, (weights.w_gate, weights.w_up,
+                                                      weights.w_down_t,
+                                                      GATED_KINDS.index(weights.kind))
+        return lambda x: op(x, *head, *tail)
 
     def read_sum(self, buf: torch.Tensor) -> float:
         """Sum of a contiguous fp32 buffer read by all threads (bandwidth probe)."""

@@ -26,6 +26,7 @@ Conventions (all backends):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -39,7 +40,12 @@ from powerbench.ops.checks import (
     check_weight,
     validate_ids,
 )
-from powerbench.ops.weights import GATED_KINDS, GatedFFNWeights, ReluFFNWeights
+from powerbench.ops.weights import (
+    GATED_KINDS,
+    GatedFFNWeights,
+    PredictorWeights,
+    ReluFFNWeights,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,10 @@ class Threshold:
 
 
 Active = torch.Tensor | Threshold
+
+
+def _like(b: torch.Tensor | None, w: torch.Tensor) -> torch.Tensor | None:
+    return None if b is None else b.to(w.dtype)
 
 
 def _finish(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -163,6 +173,43 @@ class SparseOps(ABC):
                                  check=check)
         return self.ffn_gated(x, weights.w_gate, weights.w_up, weights.w_down_t, idx,
                               weights.kind, check=check)
+
+    def ffn_predicted(
+        self, x: torch.Tensor, weights: ReluFFNWeights | GatedFFNWeights,
+        predictor: PredictorWeights,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's predictor and its sparse FFN in one call: ``ids`` = the neurons whose
+        logit is >= ``predictor.threshold`` for any token of ``x`` (ascending), ``y`` = the
+        FFN over them (fp32 accumulation). Returns ``(y, ids)``."""
+        as_batch(x, weights.d_model, "x", self.device)
+        y, ids = self.prepare_ffn_predicted(weights, predictor)(x.reshape(-1, weights.d_model))
+        return _finish(y, x), ids
+
+    def prepare_ffn_predicted(
+        self, weights: ReluFFNWeights | GatedFFNWeights, predictor: PredictorWeights,
+    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`ffn_predicted` with the shapes checked once and the weights bound:
+        ``fn(x [batch, d_model]) -> (y fp32 [batch, d_model], ids)``, for a decode loop
+        (one operator dispatch per layer on sparse_cpu, no per-call Python checks)."""
+        if (predictor.d_model, predictor.d_ffn) != (weights.d_model, weights.d_ffn):
+            raise ValueError(f"predictor maps {predictor.d_model} -> {predictor.d_ffn}, the "
+                             f"FFN is {weights.d_model} -> {weights.d_ffn}")
+        return self._prepare_ffn_predicted(weights, predictor)
+
+    def _prepare_ffn_predicted(self, weights, predictor):
+        """Generic: the predictor in torch, then :meth:`ffn` (backends may fuse both)."""
+        p = predictor
+        w1, b1, w2, b2 = p.w1, _like(p.b1, p.w1), p.w2_t.t(), _like(p.b2, p.w2_t)
+        linear = torch.nn.functional.linear
+
+        def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden = linear(x.to(w1.dtype), w1, b1)
+            if p.hidden_relu:
+                hidden = torch.relu(hidden)
+            ids = (linear(hidden, w2, b2) >= p.threshold).any(dim=0).nonzero().flatten()
+            return self.ffn(x, weights, ids, check=False).float(), ids
+
+        return run
 
     # ---------------------------------------------------------------- helpers
     def _active(

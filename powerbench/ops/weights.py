@@ -54,6 +54,30 @@ class GatedFFNWeights:
         return self.w_gate.shape[1]
 
 
+@dataclass(frozen=True)
+class PredictorWeights:
+    """One layer's activation predictor as the fused operators take it: logits =
+    act(w1 . x + b1) . w2_t + b2 (act: ReLU when ``hidden_relu``, else identity); a neuron
+    is active for a token when its logit is >= ``threshold``. The output layer is stored
+    transposed (``w2_t`` = fc2.weight.T, contiguous): r rows the CPU kernel adds up, and
+    it skips the rows whose hidden unit is zero."""
+
+    w1: torch.Tensor  # [rank, d_model]
+    b1: torch.Tensor | None  # [rank] fp32
+    w2_t: torch.Tensor  # [rank, d_ffn]
+    b2: torch.Tensor | None  # [d_ffn] fp32
+    threshold: float
+    hidden_relu: bool = True
+
+    @property
+    def d_ffn(self) -> int:
+        return self.w2_t.shape[1]
+
+    @property
+    def d_model(self) -> int:
+        return self.w1.shape[1]
+
+
 def _store(w: torch.Tensor, dtype: torch.dtype | None, device: torch.device | str | None,
            transpose: bool = False) -> torch.Tensor:
     w = w.detach()

@@ -40,6 +40,18 @@ class LayerPredictor(nn.Module):
         dtype = self.fc1.weight.dtype
         return self(x.to(dtype)) >= self.threshold
 
+    def fused_weights(self):
+        """This predictor as the fused operators take it (`powerbench.ops.PredictorWeights`)."""
+        from powerbench.ops.weights import PredictorWeights
+
+        def bias(layer: nn.Linear) -> Tensor | None:
+            return None if layer.bias is None else layer.bias.detach().float().contiguous()
+
+        return PredictorWeights(
+            w1=self.fc1.weight.detach().contiguous(), b1=bias(self.fc1),
+            w2_t=self.fc2.weight.detach().t().contiguous(), b2=bias(self.fc2),
+            threshold=float(self.threshold), hidden_relu=self.arch is PredictorArch.mlp)
+
     @property
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -128,6 +128,10 @@ class PredictorSet(PredictorBase):
     def _mask(self, layer_idx: int, x: Tensor) -> Tensor:
         return self.predictors[layer_idx].predict_mask(x)
 
+    def fused_weights(self, layer_idx: int):
+        """Layer `layer_idx`'s predictor for `SparseOps.ffn_predicted` (one fused call)."""
+        return self.predictors[layer_idx].fused_weights()
+
     def to(self, device: torch.device | str | None = None,
            dtype: torch.dtype | None = None) -> PredictorSet:
         """Move (in place) every layer's predictor, e.g. next to the engine's weights."""

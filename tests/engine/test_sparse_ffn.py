@@ -56,3 +56,38 @@ def test_missed_neurons_change_the_output(weights):
 def test_sparse_engine_needs_a_predictor(weights):
     with pytest.raises(ValueError, match="predictor=fixed"):
         SparseFFN(weights, backend="sparse_torch", predictors=None)
+
+
+class CountingOracle(TrueMask):
+    """An idealised predictor (its cost is not to be timed) that counts its calls."""
+
+    idealised = True
+    strategy = "oracle"
+
+    def __init__(self, weights) -> None:
+        super().__init__(weights)
+        self.calls = 0
+        self.shape = type("Shape", (), {"n_layers": weights.n_layers})()
+
+    def predict(self, layer_idx, x):
+        self.calls += 1
+        return super().predict(layer_idx, x)
+
+
+def test_oracle_sets_are_recorded_once_and_replayed(weights):
+    ids = torch.randint(0, 97, (1, 6))
+    oracle = CountingOracle(weights)
+    ffn = SparseFFN(weights, backend="sparse_torch", predictors=oracle)
+    decoder = Decoder(weights, ffn=ffn)
+    first = decoder.generate(ids, 4, return_logits=True)
+    calls = oracle.calls
+    assert calls == weights.n_layers * 4  # prefill + 3 decode steps, every layer
+    for _ in range(2):
+        ffn.rewind()
+        again = decoder.generate(ids, 4, return_logits=True)
+        assert oracle.calls == calls  # nothing asked: the recording answered
+        assert torch.equal(first.logits, again.logits)
+    assert ffn.metrics()["oracle_replayed_share"] == pytest.approx(2 / 3)
+    ffn.rewind()
+    decoder.generate(ids, 6)  # longer than the recording: the oracle answers the rest
+    assert oracle.calls == calls + 2 * weights.n_layers

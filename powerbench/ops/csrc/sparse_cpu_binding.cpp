@@ -6,7 +6,9 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "sparse_cpu_kernels.h"
@@ -113,39 +115,208 @@ at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor
   return out;
 }
 
+// ---- the fused FFNs: one output allocation, scratch in thread-local buffers --------------
+// A decode step calls these once per layer with tiny shapes, so every ATen call (a
+// dispatcher round trip, ~1 us here) counts: inputs that are already fp32/int64 and
+// contiguous are read in place, and intermediates never become tensors.
+
+// fp32 contiguous data of t (converted into `keep` only when it is not already).
+const float* f32_data(const at::Tensor& t, at::Tensor& keep) {
+  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t.data_ptr<float>();
+  keep = t.to(at::kFloat).contiguous();
+  return keep.data_ptr<float>();
+}
+
+const float* bias_data(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
+                       const char* name) {
+  if (!bias.has_value()) return nullptr;
+  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape [", len,
+                    "]");
+  return f32_data(*bias, keep);
+}
+
+// x as fp32 [B, K] data; B returned through `rows`.
+const float* x_data(const at::Tensor& x, int64_t K, at::Tensor& keep, int64_t& rows) {
+  TORCH_CHECK_VALUE(x.dim() == 2, "x must be 2-D [batch, features]");
+  TORCH_CHECK_VALUE(x.size(1) == K, "x has ", x.size(1), " features, expected ", K);
+  TORCH_CHECK_VALUE(x.size(0) >= 1, "x must hold at least one token");
+  rows = x.size(0);
+  return f32_data(x, keep);
+}
+
+// The active list as int64 data (validated when `check`).
+const int64_t* id_data(const at::Tensor& idx, int64_t limit, bool check, at::Tensor& keep) {
+  if (!check && idx.scalar_type() == at::kLong && idx.dim() == 1 && idx.is_contiguous())
+    return idx.data_ptr<int64_t>();
+  keep = active_ids(idx, limit, check);
+  return keep.data_ptr<int64_t>();
+}
+
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// y [B, D] = bias (or 0), ready for axpy to add into.
+at::Tensor output(const at::Tensor& like, int64_t B, int64_t D, const float* bias) {
+  at::Tensor y = at::empty({B, D}, like.options().dtype(at::kFloat));
+  float* p = y.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (bias) std::memcpy(p + b * D, bias, sizeof(float) * D);
+    else std::memset(p + b * D, 0, sizeof(float) * D);
+  }
+  return y;
+}
+
+void check_pair(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
+  check_weight(a, an);
+  check_weight(b, bn);
+  TORCH_CHECK_VALUE(a.sizes() == b.sizes(), an, " and ", bn,
+                    " must both be [d_ffn, d_model], got ", a.sizes(), " and ", b.sizes());
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), an, " and ", bn, " dtypes differ");
+}
+
+// y += relu(W1[ids] x + b1[ids]) . W2t[ids]
+void relu_ffn_into(const at::Tensor& w1, const float* b1, const at::Tensor& w2_t,
+                   const float* x, int64_t B, const int64_t* ids, int64_t n, float* y) {
+  const pbops::WType wt = weight_type(w1, "w1");
+  const int64_t K = w1.size(1);
+  float* h = scratch(0, B * n);
+  pbops::row(wt, w1.data_ptr(), K, x, B, ids, n, b1, /*relu=*/true, h, n, false, threads());
+  pbops::axpy(wt, w2_t.data_ptr(), K, h, n, B, ids, n, y, threads());
+}
+
+void gated_ffn_into(const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd_t,
+                    int64_t kind, const float* x, int64_t B, const int64_t* ids, int64_t n,
+                    float* y) {
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  const pbops::WType wt = weight_type(wg, "w_gate");
+  const int64_t K = wg.size(1);
+  float* h = scratch(0, B * n);
+  pbops::gated_hidden(wt, wg.data_ptr(), wu.data_ptr(), K, x, B, ids, n,
+                      static_cast<pbops::GatedKind>(kind), h, threads());
+  pbops::axpy(wt, wd_t.data_ptr(), K, h, n, B, ids, n, y, threads());
+}
+
 at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                     const at::Tensor& w2_t, const std::optional<at::Tensor>& b2,
                     const at::Tensor& idx, bool check) {
-  check_weight(w1, "w1");
-  check_weight(w2_t, "w2_t");
-  TORCH_CHECK_VALUE(w1.sizes() == w2_t.sizes(), "w1 and w2_t must both be [d_ffn, d_model], got ",
-                    w1.sizes(), " and ", w2_t.sizes());
-  TORCH_CHECK_TYPE(w1.scalar_type() == w2_t.scalar_type(), "w1 and w2_t dtypes differ");
-  const at::Tensor h = row(w1, x, idx, b1, /*relu=*/true, /*scatter=*/false, check);
-  return axpy(w2_t, h, idx, b2, /*check=*/false);
+  check_pair(w1, "w1", w2_t, "w2_t");
+  const int64_t N = w1.size(0), K = w1.size(1);
+  at::Tensor xk, b1k, b2k, idk;
+  int64_t B = 0;
+  const float* xf = x_data(x, K, xk, B);
+  const float* b1p = bias_data(b1, b1k, N, "b1");
+  const float* b2p = bias_data(b2, b2k, K, "b2");
+  const int64_t* ids = id_data(idx, N, check, idk);
+  at::Tensor y = output(x, B, K, b2p);
+  relu_ffn_into(w1, b1p, w2_t, xf, B, ids, idx.numel(), y.data_ptr<float>());
+  return y;
 }
 
 at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu,
                      const at::Tensor& wd_t, const at::Tensor& idx, int64_t kind, bool check) {
-  const auto check_like_gate = [&wg](const at::Tensor& t, const char* name) {
-    check_weight(t, name);
-    TORCH_CHECK_VALUE(t.sizes() == wg.sizes(), name, " must be [d_ffn, d_model] like w_gate");
-    TORCH_CHECK_TYPE(t.scalar_type() == wg.scalar_type(), name, " dtype differs from w_gate");
-  };
-  check_like_gate(wg, "w_gate");
-  check_like_gate(wu, "w_up");
-  check_like_gate(wd_t, "w_down_t");
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
-  const pbops::WType wt = weight_type(wg, "w_gate");
+  check_pair(wg, "w_gate", wu, "w_up");
+  check_pair(wg, "w_gate", wd_t, "w_down_t");
   const int64_t N = wg.size(0), K = wg.size(1);
-  const at::Tensor xf = as_f32_2d(x, K, "x");
-  const at::Tensor ids = active_ids(idx, N, check);
-  const int64_t B = xf.size(0), n = ids.numel();
-  at::Tensor h = at::empty({B, n}, xf.options());
-  pbops::gated_hidden(wt, wg.data_ptr(), wu.data_ptr(), K, xf.data_ptr<float>(), B,
-                      ids.data_ptr<int64_t>(), n, static_cast<pbops::GatedKind>(kind),
-                      h.data_ptr<float>(), threads());
-  return axpy(wd_t, h, ids, std::nullopt, /*check=*/false);
+  at::Tensor xk, idk;
+  int64_t B = 0;
+  const float* xf = x_data(x, K, xk, B);
+  const int64_t* ids = id_data(idx, N, check, idk);
+  at::Tensor y = output(x, B, K, nullptr);
+  gated_ffn_into(wg, wu, wd_t, kind, xf, B, ids, idx.numel(), y.data_ptr<float>());
+  return y;
+}
+
+// 0, 1, ..., n-1 (grown on demand): the "every row" index list of a dense row pass.
+const int64_t* every_row(int64_t n) {
+  thread_local std::vector<int64_t> ids;
+  for (int64_t i = static_cast<int64_t>(ids.size()); i < n; ++i) ids.push_back(i);
+  return ids.data();
+}
+
+// The neurons a layer's predictor selects for ANY token of x [B, K]: logits = b2 +
+// act(p_w1 . x + b1) . p_w2_t (p_w1 [r, K]; p_w2_t [r, N], the output layer stored
+// transposed so that it is r contiguous axpy rows; act: ReLU or identity), ids j with
+// logit[b, j] >= threshold for some b, ascending, as an int64 tensor.
+at::Tensor predicted_ids(const at::Tensor& like, const float* x, int64_t B, int64_t K,
+                         const at::Tensor& p_w1, const std::optional<at::Tensor>& p_b1,
+                         const at::Tensor& p_w2_t, const std::optional<at::Tensor>& p_b2,
+                         double threshold, bool hidden_relu, int64_t neurons) {
+  check_weight(p_w1, "predictor w1");
+  check_weight(p_w2_t, "predictor w2_t");
+  const int64_t R = p_w1.size(0), N = p_w2_t.size(1);
+  TORCH_CHECK_VALUE(p_w1.size(1) == K, "predictor w1 has ", p_w1.size(1), " inputs, x has ", K);
+  TORCH_CHECK_VALUE(p_w2_t.size(0) == R, "predictor w2_t has ", p_w2_t.size(0),
+                    " rows, predictor w1 has ", R, " outputs");
+  TORCH_CHECK_VALUE(N == neurons, "the predictor scores ", N, " neurons, the FFN has ", neurons);
+  at::Tensor b1k, b2k;
+  const float* b1 = bias_data(p_b1, b1k, R, "predictor b1");
+  const float* b2 = bias_data(p_b2, b2k, N, "predictor b2");
+  const int64_t* all = every_row(R);
+  float* h = scratch(1, B * R);
+  pbops::row(weight_type(p_w1, "predictor w1"), p_w1.data_ptr(), K, x, B, all, R, b1,
+             hidden_relu, h, R, false, threads());
+  float* logits = scratch(2, B * N);
+  for (int64_t b = 0; b < B; ++b) {
+    if (b2) std::memcpy(logits + b * N, b2, sizeof(float) * N);
+    else std::memset(logits + b * N, 0, sizeof(float) * N);
+  }
+  pbops::axpy(weight_type(p_w2_t, "predictor w2_t"), p_w2_t.data_ptr(), N, h, R, B, all, R,
+              logits, threads());
+  const float t = static_cast<float>(threshold);
+  int64_t* chosen = reinterpret_cast<int64_t*>(scratch(0, 2 * N));  // reused for h later
+  int64_t n = 0;
+  for (int64_t j = 0; j < N; ++j) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (logits[b * N + j] >= t) {
+        chosen[n++] = j;
+        break;
+      }
+    }
+  }
+  at::Tensor ids = at::empty({n}, like.options().dtype(at::kLong));
+  if (n) std::memcpy(ids.data_ptr<int64_t>(), chosen, sizeof(int64_t) * n);
+  return ids;
+}
+
+// Predictor and sparse FFN in one call (one dispatch per layer): returns (y, active ids).
+std::tuple<at::Tensor, at::Tensor> ffn_relu_predicted(
+    const at::Tensor& x, const at::Tensor& p_w1, const std::optional<at::Tensor>& p_b1,
+    const at::Tensor& p_w2_t, const std::optional<at::Tensor>& p_b2, double threshold,
+    bool hidden_relu, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+    const at::Tensor& w2_t, const std::optional<at::Tensor>& b2) {
+  check_pair(w1, "w1", w2_t, "w2_t");
+  const int64_t N = w1.size(0), K = w1.size(1);
+  at::Tensor xk, b1k, b2k;
+  int64_t B = 0;
+  const float* xf = x_data(x, K, xk, B);
+  const float* b1p = bias_data(b1, b1k, N, "b1");
+  const float* b2p = bias_data(b2, b2k, K, "b2");
+  at::Tensor ids = predicted_ids(x, xf, B, K, p_w1, p_b1, p_w2_t, p_b2, threshold, hidden_relu, N);
+  at::Tensor y = output(x, B, K, b2p);
+  relu_ffn_into(w1, b1p, w2_t, xf, B, ids.data_ptr<int64_t>(), ids.numel(), y.data_ptr<float>());
+  return {y, ids};
+}
+
+std::tuple<at::Tensor, at::Tensor> ffn_gated_predicted(
+    const at::Tensor& x, const at::Tensor& p_w1, const std::optional<at::Tensor>& p_b1,
+    const at::Tensor& p_w2_t, const std::optional<at::Tensor>& p_b2, double threshold,
+    bool hidden_relu, const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd_t,
+    int64_t kind) {
+  check_pair(wg, "w_gate", wu, "w_up");
+  check_pair(wg, "w_gate", wd_t, "w_down_t");
+  const int64_t N = wg.size(0), K = wg.size(1);
+  at::Tensor xk;
+  int64_t B = 0;
+  const float* xf = x_data(x, K, xk, B);
+  at::Tensor ids = predicted_ids(x, xf, B, K, p_w1, p_b1, p_w2_t, p_b2, threshold, hidden_relu, N);
+  at::Tensor y = output(x, B, K, nullptr);
+  gated_ffn_into(wg, wu, wd_t, kind, xf, B, ids.data_ptr<int64_t>(), ids.numel(),
+                 y.data_ptr<float>());
+  return {y, ids};
 }
 
 double read_bandwidth_sum(const at::Tensor& buf) {
@@ -170,6 +341,14 @@ TORCH_LIBRARY(powerbench_cpu, m) {
   m.def("ffn_gated(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t, Tensor idx, int kind,"
         " bool check) -> Tensor",
         &ffn_gated);
+  m.def("ffn_relu_predicted(Tensor x, Tensor p_w1, Tensor? p_b1, Tensor p_w2_t, Tensor? p_b2,"
+        " float threshold, bool hidden_relu, Tensor w1, Tensor? b1, Tensor w2_t, Tensor? b2)"
+        " -> (Tensor, Tensor)",
+        &ffn_relu_predicted);
+  m.def("ffn_gated_predicted(Tensor x, Tensor p_w1, Tensor? p_b1, Tensor p_w2_t, Tensor? p_b2,"
+        " float threshold, bool hidden_relu, Tensor w_gate, Tensor w_up, Tensor w_down_t,"
+        " int kind) -> (Tensor, Tensor)",
+        &ffn_gated_predicted);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
   m.def("threads_used() -> int", &threads_used);
 }
