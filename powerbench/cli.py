@@ -3,6 +3,7 @@
     powerbench [hydra overrides...]          run one experiment (or --multirun a sweep)
     powerbench bench-operators [--quick]     sparse operator benchmark
     powerbench bench-solver                  placement solver scale benchmark
+    powerbench bench-decode [--rounds N]     decode tokens/s, dense vs sparse, side by side
     powerbench validate [overrides]          measured vs simulated on hardware=local
     powerbench figure NAME                   regenerate a figure from MLflow runs
     powerbench ui                            print the command that opens MLflow's dashboard
@@ -71,6 +72,12 @@ def _bench_solver(argv: list[str]) -> None:
     bench_solver.main(argv)
 
 
+def _bench_decode(argv: list[str]) -> None:
+    from powerbench.engine.bench_decode import main as bench_decode_main
+
+    bench_decode_main(argv)
+
+
 def _validate(argv: list[str]) -> None:
     from powerbench.simulator.validate import main as validate_main
 
@@ -93,6 +100,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], None]] = {
     "figure": _figure,
     "bench-operators": _bench_operators,
     "bench-solver": _bench_solver,
+    "bench-decode": _bench_decode,
 }
 
 

@@ -64,6 +64,7 @@ class SparseFFN:
         fusable = fused and hasattr(predictors, "fused_weights")
         self.fused = ([self.ops.prepare_ffn_predicted(f, predictors.fused_weights(i))
                        for i, f in enumerate(self.layers)] if fusable else None)
+        self.prepared = [self.ops.prepare_ffn(f) for f in self.layers]
         self.d_ffn = weights.layers[0].ffn.d_ffn
         self.active_sum = 0
         self.calls = 0
@@ -75,7 +76,12 @@ class SparseFFN:
                 y = y.to(x.dtype)
         else:
             idx = self.predictors.predict(layer_idx, x)
-            y = self.ops.ffn(x, self.layers[layer_idx], idx, check=self.check)
+            if self.check:
+                y = self.ops.ffn(x, self.layers[layer_idx], idx, check=True)
+            else:
+                y = self.prepared[layer_idx](x, idx)
+                if y.dtype != x.dtype:
+                    y = y.to(x.dtype)
         self.active_sum += int(idx.numel())
         self.calls += 1
         if observer is not None:

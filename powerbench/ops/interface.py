@@ -196,6 +196,18 @@ class SparseOps(ABC):
                              f"FFN is {weights.d_model} -> {weights.d_ffn}")
         return self._prepare_ffn_predicted(weights, predictor)
 
+    def prepare_ffn(
+        self, weights: ReluFFNWeights | GatedFFNWeights,
+    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """:meth:`ffn` with the weights bound and no per-call checks:
+        ``fn(x [batch, d_model], ids int64) -> y fp32 [batch, d_model]``, for a decode loop
+        whose ids come from a trusted predictor."""
+        if isinstance(weights, ReluFFNWeights):
+            w = (weights.w1, weights.b1, weights.w2_t, weights.b2)
+            return lambda x, ids: self._ffn_relu(x, *w, ids, False)
+        w = (weights.w_gate, weights.w_up, weights.w_down_t, weights.kind)
+        return lambda x, ids: self._ffn_gated(x, w[0], w[1], w[2], ids, w[3], False)
+
     def _prepare_ffn_predicted(self, weights, predictor):
         """Generic: the predictor in torch, then :meth:`ffn` (backends may fuse both)."""
         p = predictor

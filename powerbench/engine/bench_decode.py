@@ -1,0 +1,253 @@
+"""Decode benchmark: our decoder, dense vs sparse with each predictor, side by side.
+
+    powerbench bench-decode [--rounds 15] [--predictors fixed,adaptive,oracle] [overrides]
+
+Every engine's decoder is built once (predictors from the cache the pipeline fills, or
+trained now); then each of `rounds` rounds generates `bench.new_tokens` tokens for the same
+prompt batch with every engine in turn, in a rotated order, so drifting machine load hits
+all of them alike. Decode tokens/s is the median over rounds and each speedup is a ratio of
+medians taken in the same run; the fastest round of each engine (the least disturbed by
+other load on a shared machine) and their ratio are shown beside them. A second, separate pass times the FFN calls alone (us per
+layer call), since the FFN is only part of a decode step (Amdahl). Weights read per token
+(attention, output projection, predictors, and the FFN rows of the neurons actually
+computed) give the achieved GB/s. One warm-up generation per engine comes first; it also
+records the oracle's active sets, which later generations replay (its speed bound).
+
+Writes results/decode_<device>.csv and logs one MLflow run (experiment `bench_decode`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.timing import StepClock, torch_threads
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+@dataclass
+class DecodeRow:
+    engine: str  # "dense" or the sparse backend
+    predictor: str  # none | fixed | adaptive | oracle (+ " unfused": predictor, then operator)
+    decode_tokens_per_s: float  # median over rounds
+    decode_tokens_per_s_p10: float
+    decode_tokens_per_s_p90: float
+    speedup_vs_dense: float  # ratio of medians, same run
+    decode_tokens_per_s_best: float  # fastest round (the least disturbed by other load)
+    speedup_best_vs_dense: float  # ratio of the fastest rounds
+    ffn_us_per_call: float  # median of the FFN-only pass
+    ffn_speedup_vs_dense: float
+    computed_fraction: float  # FFN neurons computed per layer call (union over the batch)
+    weight_mb_per_token: float
+    achieved_gbps: float
+    rounds: int
+    threads: int
+    batch: int
+
+
+class _TimedFFN:
+    """Wraps an FFN and sums the wall time of its calls (the FFN-only pass)."""
+
+    def __init__(self, ffn: Any) -> None:
+        self.ffn, self.seconds, self.calls = ffn, 0.0, 0
+
+    def __call__(self, layer_idx: int, x: Tensor, observer: Any = None) -> Tensor:
+        start = time.perf_counter()
+        y = self.ffn(layer_idx, x, observer)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return y
+
+    def rewind(self) -> None:
+        rewind = getattr(self.ffn, "rewind", None)
+        if rewind is not None:
+            rewind()
+
+
+def _nbytes(*tensors: Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def weight_bytes_per_token(decoder: Decoder, computed_fraction: float,
+                           predictor_bytes: int = 0) -> float:
+    """Weights one decode step reads: attention and the output projection in full, the FFN
+    rows of the computed neurons (both matrices), the predictors (KV cache not counted)."""
+    w = decoder.w
+    attn = sum(_nbytes(a.wq, a.wk, a.wv, a.wo, a.bq, a.bk, a.bv, a.bo)
+               for a in (layer.attn for layer in w.layers))
+    ffn = 0
+    for layer in w.layers:
+        f = layer.ffn
+        ffn += _nbytes(getattr(f, "w1", None), getattr(f, "w2", None),
+                       getattr(f, "w_gate", None), getattr(f, "w_up", None),
+                       getattr(f, "w_down", None))
+    return float(attn + _nbytes(w.lm_head) + computed_fraction * ffn + predictor_bytes)
+
+
+def _generate_timed(decoder: Decoder, ids: Tensor, new_tokens: int) -> float:
+    rewind = getattr(decoder.ffn, "rewind", None)
+    if rewind is not None:
+        rewind()
+    clock = StepClock(decoder.device)
+    decoder.generate(ids, new_tokens, clock=clock)
+    return clock.timing().decode_s
+
+
+def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
+                     predictor_bytes: dict[str, int], rounds: int, new_tokens: int,
+                     threads: int) -> list[DecodeRow]:
+    """Time every engine in `engines` (name "dense" required) as described above."""
+    if "dense" not in engines:
+        raise ValueError("the decode benchmark needs the dense engine as its baseline")
+    steps = (new_tokens - 1) * ids.shape[0]
+    names = list(engines)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    ffn_us: dict[str, list[float]] = {n: [] for n in names}
+    with torch_threads(threads) as used, torch.inference_mode():
+        for name in names:  # warm-up (and the oracle's recording)
+            _generate_timed(engines[name], ids, new_tokens)
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                rates[name].append(steps / _generate_timed(engines[name], ids, new_tokens))
+        for _ in range(max(rounds // 3, 3)):
+            for name in names:
+                timed = _TimedFFN(engines[name].ffn)
+                _generate_timed(Decoder(engines[name].w, ffn=timed), ids, new_tokens)
+                ffn_us[name].append(timed.seconds / max(timed.calls, 1) * 1e6)
+    dense_rate = statistics.median(rates["dense"])
+    dense_best = max(rates["dense"])
+    dense_ffn = statistics.median(ffn_us["dense"])
+    rows = []
+    for name in names:
+        dec = engines[name]
+        metrics = getattr(dec.ffn, "metrics", None)
+        fraction = (metrics() or {}).get("sparse_computed_fraction", 1.0) if metrics else 1.0
+        rate = statistics.median(rates[name])
+        qs = statistics.quantiles(rates[name], n=10) if len(rates[name]) > 1 else [rate] * 9
+        nbytes = weight_bytes_per_token(dec, fraction, predictor_bytes.get(name, 0))
+        ffn = statistics.median(ffn_us[name])
+        backend = getattr(dec.ffn, "backend", "dense")
+        rows.append(DecodeRow(
+            engine=backend, predictor=name if name != "dense" else "none",
+            decode_tokens_per_s=rate, decode_tokens_per_s_p10=qs[0],
+            decode_tokens_per_s_p90=qs[-1], speedup_vs_dense=rate / dense_rate,
+            decode_tokens_per_s_best=max(rates[name]),
+            speedup_best_vs_dense=max(rates[name]) / dense_best,
+            ffn_us_per_call=ffn, ffn_speedup_vs_dense=dense_ffn / ffn,
+            computed_fraction=fraction, weight_mb_per_token=nbytes / 1e6,
+            achieved_gbps=nbytes * rate / ids.shape[0] / 1e9, rounds=rounds, threads=used,
+            batch=ids.shape[0]))
+    return rows
+
+
+def build_engines(loaded: Any, strategies: Sequence[str], predictor_sets: dict[str, Any],
+                  backend: str, unfused: str | None) -> dict[str, Decoder]:
+    """Decoders sharing one set of weights: "dense" plus one sparse per strategy (and,
+    with `unfused`, that strategy's predictor run in torch before the operator)."""
+    from powerbench.engine.decoder_engine import DecoderEngine
+    from powerbench.engine.sparse import SparseFFN
+
+    dense = DecoderEngine().build_decoder(loaded)
+    engines = {"dense": dense}
+    for name in strategies:
+        engines[name] = Decoder(dense.w, ffn=SparseFFN(dense.w, backend, predictor_sets[name],
+                                                       loaded=loaded))
+    if unfused:
+        engines[f"{unfused} unfused"] = Decoder(dense.w, ffn=SparseFFN(
+            dense.w, backend, predictor_sets[unfused], fused=False, loaded=loaded))
+    return engines
+
+
+def format_table(rows: Sequence[DecodeRow]) -> str:
+    head = (f"{'engine':<11} {'predictor':<17} {'tok/s':>8} {'p10-p90':>13} {'speedup':>7} "
+            f"{'best':>6} {'speedup':>7} "
+            f"{'ffn us':>7} {'ffn x':>6} {'computed':>8} {'MB/tok':>7} {'GB/s':>6}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.engine:<11} {r.predictor:<17} {r.decode_tokens_per_s:8.0f} "
+                     f"{r.decode_tokens_per_s_p10:6.0f}-{r.decode_tokens_per_s_p90:<6.0f} "
+                     f"{r.speedup_vs_dense:6.2f}x {r.decode_tokens_per_s_best:6.0f} "
+                     f"{r.speedup_best_vs_dense:6.2f}x {r.ffn_us_per_call:7.1f} "
+                     f"{r.ffn_speedup_vs_dense:5.2f}x {r.computed_fraction:8.3f} "
+                     f"{r.weight_mb_per_token:7.3f} {r.achieved_gbps:6.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    import pandas as pd
+    from omegaconf import OmegaConf
+
+    from powerbench.data import load_texts
+    from powerbench.engine import build_prompt_batch
+    from powerbench.paths import cache_dir
+    from powerbench.pipeline import build
+    from powerbench.predictors import prepare_predictors
+    from powerbench.profiling.store import load_or_profile
+    from powerbench.simulator.validate import compose_config
+    from powerbench.tracking import Tracker
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--predictors", default="fixed,adaptive,oracle")
+    parser.add_argument("--backend", default="sparse_cpu")
+    parser.add_argument("--unfused", default="adaptive",
+                        help="also time this strategy unfused (predictor in torch, then the "
+                             "operator); '' to skip")
+    parser.add_argument("--out", default=None, help="CSV path (default results/decode_cpu.csv)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench.new_tokens=64")
+    args = parser.parse_args(argv)
+    strategies = [s for s in args.predictors.split(",") if s]
+    cfg = compose_config(["tracking.experiment=bench_decode", *args.overrides])
+    cache = cache_dir(cfg.cache_dir)
+    loaded = build(cfg.model, cache_dir=cache)
+    split = load_texts(cfg.dataset)
+    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profile),
+                                 split.name, cache)
+    sets, pbytes = {}, {}
+    for name in sorted(set(strategies) | ({args.unfused} if args.unfused else set())):
+        node = compose_config([f"predictor={name}", *args.overrides]).predictor
+        sets[name], metrics, _ = prepare_predictors(
+            node, loaded, profile, cache, cache / "bench_decode",
+            calibration_texts=split.train, seq_len=cfg.eval.seq_len)
+        pbytes[name] = int(metrics.get("predictor_param_bytes", 0))
+    pbytes[f"{args.unfused} unfused"] = pbytes.get(args.unfused, 0)
+    engines = build_engines(loaded, strategies, sets, args.backend, args.unfused or None)
+    bench = cfg.bench
+    ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,
+                             bench.batch_size)
+    rows = run_decode_bench(ids, engines, pbytes, args.rounds, bench.new_tokens,
+                            bench.threads)
+    print(f"\n{loaded.spec.name}, batch {bench.batch_size}, prompt {bench.prompt_tokens}, "
+          f"{bench.new_tokens} new tokens, {rows[0].threads} thread(s), {args.rounds} rounds, "
+          f"load average {os.getloadavg()[0]:.2f} (measured on this machine's CPU)\n")
+    print(format_table(rows))
+    table = pd.DataFrame([asdict(r) for r in rows])
+    out = Path(args.out) if args.out else RESULTS / "decode_cpu.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    print(f"\n-> {out}")
+    tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
+                      enabled=cfg.tracking.enabled)
+    with tracker.run(f"bench-decode-{loaded.spec.name}", tags={"measured": "true"}):
+        tracker.log_params({"model": loaded.spec.name, "bench": OmegaConf.to_container(bench),
+                            "rounds": args.rounds, "backend": args.backend})
+        for r in rows:
+            key = r.predictor.replace(" ", "_")
+            tracker.log_metrics({f"{key}_decode_tokens_per_s": r.decode_tokens_per_s,
+                                 f"{key}_speedup_vs_dense": r.speedup_vs_dense,
+                                 f"{key}_ffn_us_per_call": r.ffn_us_per_call})
+        tracker.log_artifact(out)
+    return 0

@@ -1,0 +1,60 @@
+"""The decode benchmark: side-by-side rows, the dense baseline, bytes read per token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import OPTConfig, OPTForCausalLM
+
+from powerbench.engine.bench_decode import format_table, run_decode_bench, weight_bytes_per_token
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.sparse import SparseFFN
+from powerbench.engine.weights import extract_weights
+
+
+class FirstHalf:
+    """A predictor that always picks the first half of the neurons."""
+
+    def __init__(self, neurons: int) -> None:
+        self.ids = torch.arange(neurons // 2)
+
+    def predict(self, layer_idx, x):
+        return self.ids
+
+
+@pytest.fixture(scope="module")
+def weights():
+    torch.manual_seed(0)
+    config = OPTConfig(vocab_size=101, hidden_size=32, ffn_dim=128, num_hidden_layers=2,
+                       num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32)
+    return extract_weights(OPTForCausalLM(config).eval())
+
+
+def test_weight_bytes_per_token_by_hand(weights):
+    dec = Decoder(weights)
+    attn = 2 * 4 * (32 * 32 + 32) * 4  # two layers of Q, K, V, O with biases, fp32
+    lm_head = 101 * 32 * 4
+    ffn = 2 * 2 * 128 * 32 * 4  # two layers of fc1 + fc2 weights
+    assert weight_bytes_per_token(dec, 1.0) == attn + lm_head + ffn
+    assert weight_bytes_per_token(dec, 0.25, predictor_bytes=100) == \
+        attn + lm_head + ffn / 4 + 100
+
+
+def test_rows_side_by_side(weights):
+    dense = Decoder(weights)
+    sparse = Decoder(weights, ffn=SparseFFN(weights, "sparse_torch", FirstHalf(128)))
+    ids = torch.randint(0, 101, (1, 6))
+    rows = run_decode_bench(ids, {"dense": dense, "half": sparse}, {"half": 64}, rounds=2,
+                            new_tokens=4, threads=1)
+    assert [r.predictor for r in rows] == ["none", "half"]
+    assert rows[0].speedup_vs_dense == 1.0 and rows[0].computed_fraction == 1.0
+    assert rows[1].computed_fraction == pytest.approx(0.5)
+    assert rows[1].engine == "sparse_torch"
+    assert all(r.decode_tokens_per_s > 0 and r.ffn_us_per_call > 0 for r in rows)
+    assert "sparse_torch" in format_table(rows)
+
+
+def test_dense_baseline_is_required(weights):
+    with pytest.raises(ValueError, match="dense engine"):
+        run_decode_bench(torch.zeros(1, 4, dtype=torch.long), {"x": Decoder(weights)}, {},
+                         rounds=1, new_tokens=2, threads=1)
