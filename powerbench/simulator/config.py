@@ -84,6 +84,11 @@ class SimulateConfig:
     # `thread_sync_s` with an accelerator present (our default 1 us if unmeasured), and its
     # `launch_s` on CPU-only machines (there it is the measured CPU operator dispatch).
     cpu_op_us: float | None = None
+    # Fixed cost of one neuron-aware sparse FFN call on the CPU BEYOND one operator dispatch
+    # (its kernels' setup, the active-set pass, output allocation), microseconds, paid once
+    # per layer in sparse mode. None: 0. Validation on `local` measures it (the fused
+    # operator on an empty active set at the model's shapes, minus one dispatch).
+    cpu_sparse_call_us: float | None = None
     gpu_ops: OpCounts = field(default_factory=OpCounts)
     cpu_ops: OpCounts = field(default_factory=OpCounts)
     prefill: PrefillConfig = field(default_factory=PrefillConfig)

@@ -7,7 +7,8 @@ stream is merged there):
                       FLOPs 2 x params x rows + 4 x heads x head_dim x (query, key) pairs
     predictor  on its device (sparse mode): its parameter bytes, 2 x params x rows FLOPs
     FFN        each device computes its own neurons (FFNWork): neurons x M_n bytes,
-               2 x params_per_neuron x neurons x rows FLOPs. When both devices hold neurons
+               2 x params_per_neuron x neurons x rows FLOPs (+ cpu_sparse_call_us per
+               sparse CPU call: the operator's fixed cost beyond one dispatch). When both devices hold neurons
                of the layer they run CONCURRENTLY:
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
                (the other device needs the layer input and the predicted mask, and sends its
@@ -170,7 +171,10 @@ class CostModel:
     def ffn_device(self, dev: str, neurons: np.ndarray, rows: int) -> np.ndarray:
         ops = self.ops[dev].ffn_sparse if self.sparse else self.ops[dev].ffn_dense
         flops = 2.0 * self.spec.params_per_neuron * neurons * rows
-        return self.dev[dev].time(neurons * self.neuron_bytes, flops, ops)
+        t = self.dev[dev].time(neurons * self.neuron_bytes, flops, ops)
+        if self.sparse and dev == CPU and self.cfg.cpu_sparse_call_us:
+            t = t + self.cfg.cpu_sparse_call_us * 1e-6
+        return t
 
     def lm_head(self, shape: PassShape) -> tuple[str, float]:
         dev = self.placement.lm_head_device

@@ -18,7 +18,9 @@ the model's weights in matrices of its width (the profile's test is a 256 MB tor
 a different kernel and working set), the per-operator cost of a small `F.linear` called
 from Python (our engine's operators are Python calls; the profile's dispatch test is a
 bare torch.add), and the FLOP/s of one layer's matrix products for the prompt at the
-model's shapes (the profile's test is a 512^3 GEMM). Calibration microbenchmarks report
+model's shapes (the profile's test is a 512^3 GEMM), and the fixed cost of one call of
+the engine's fused sparse FFN operator (an empty active set at the model's shapes) beyond
+one dispatch, charged once per sparse layer call. Calibration microbenchmarks report
 medians, like the engines (on a shared machine a best-of catches only quiet moments), and
 run just before and just after each engine measurement (averaged).
 """
@@ -118,21 +120,26 @@ def _threads(n: int) -> Iterator[None]:
 
 
 # ---- calibration microbenchmarks -----------------------------------------------------------
-def _median_time(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls after one warm-up: the same statistic as the
-    engines' metrics (median of repeats), so that on a shared machine the calibration and
-    the engine see the same kind of load (a best-of would catch only the quiet moments)."""
+Stat = Callable[[list[float]], float]
+
+
+def _median_time(fn: Callable[[], object], repeats: int,
+                 stat: Stat = statistics.median) -> float:
+    """`stat` (median: the engines' headline statistic; min: the fastest, which their
+    best_* metrics match) of the wall times of `repeats` calls after one warm-up, so that
+    on a shared machine calibration and engine are summarised alike."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(statistics.median(times))
+    return float(stat(times))
 
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
-                          threads: int | None = None, repeats: int = 31) -> float:
+                          threads: int | None = None, repeats: int = 31,
+                          stat: Stat = statistics.median) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
     in 1 MB pieces, one product each, like a model's weight matrices)."""
     elem = torch.tensor([], dtype=dtype).element_size()
@@ -145,14 +152,15 @@ def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = to
         torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats)
+            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats, stat)
     finally:
         torch.set_num_threads(before)
     return n * rows * dim * elem / t
 
 
 def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
-                      dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+                      dtype: torch.dtype = torch.float32, repeats: int = 31,
+                      stat: Stat = statistics.median) -> float:
     """FLOP/s of one decoder layer's matrix products for a prompt of `rows` tokens: four
     [rows, d_model] x [d_model, d_model] (Q, K, V, O) and the FFN pair through d_ffn
     (the profile's test, one 512^3 GEMM, is far more efficient than these shapes)."""
@@ -167,11 +175,11 @@ def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
         F.linear(F.linear(x, w1), w2)
 
     with torch.inference_mode():
-        t = _median_time(layer, repeats)
+        t = _median_time(layer, repeats, stat)
     return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
 
 
-def python_op_seconds(dim: int = 16, iters: int = 2000) -> float:
+def python_op_seconds(dim: int = 16, iters: int = 2000, stat: Stat = statistics.median) -> float:
     """Seconds per small `F.linear` called from a Python loop (dispatch + call overhead)."""
     w, x = torch.randn(dim, dim), torch.randn(1, dim)
 
@@ -180,25 +188,51 @@ def python_op_seconds(dim: int = 16, iters: int = 2000) -> float:
             F.linear(x, w)
 
     with torch.inference_mode():
-        return _median_time(run, 7) / iters
+        return _median_time(run, 7, stat) / iters
+
+
+def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
+                        iters: int = 2000, stat: Stat = statistics.median) -> float:
+    """Seconds per call of the engine's fused predictor + sparse FFN operator at the model's
+    shapes on an EMPTY active set with a rank-1 predictor: the operator's fixed cost (its
+    dispatch, kernel set-up, output allocation), not its reads."""
+    from powerbench.ops import PredictorWeights, ReluFFNWeights, get_backend
+
+    ops = get_backend(backend)
+    w = ReluFFNWeights(torch.randn(d_ffn, d_model), torch.zeros(d_ffn),
+                       torch.randn(d_ffn, d_model), torch.zeros(d_model))
+    p = PredictorWeights(torch.randn(1, d_model), torch.zeros(1), torch.randn(1, d_ffn),
+                         torch.zeros(d_ffn), threshold=float("inf"))
+    call, x = ops.prepare_ffn_predicted(w, p), torch.randn(1, d_model)
+
+    def run() -> None:
+        for _ in range(iters):
+            call(x)
+
+    with torch.inference_mode():
+        return _median_time(run, 7, stat) / iters
 
 
 def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
                     dtype: torch.dtype = torch.float32, gemm_rows: int | None = None,
-                    d_ffn: int | None = None, threads: int = 0) -> tuple[HardwareProfile, dict]:
+                    d_ffn: int | None = None, threads: int = 0,
+                    stat: Stat = statistics.median) -> tuple[HardwareProfile, dict]:
     """The local profile with its CPU bandwidth, operator cost and (with gemm_rows and
     d_ffn) FLOP/s re-measured for this model's shapes, with the engine's thread count
     (0: torch's default) (microbenchmarks only; see the module docstring)."""
     with _threads(threads):
-        bw = working_set_bandwidth(working_set_bytes, dim, dtype)
-        op_s = python_op_seconds()
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype, stat=stat)
+        op_s = python_op_seconds(stat=stat)
         flops = hardware.cpu.effective_flops
+        sparse_extra_s = 0.0
         if gemm_rows and d_ffn:
-            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
+            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype, stat=stat)
+            sparse_extra_s = max(sparse_call_seconds(dim, d_ffn, stat=stat) - op_s, 0.0)
     cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops)
     units = dict(hardware.units)
     units[hardware.host] = cpu
     meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
+            "calibrated_sparse_call_us": sparse_extra_s * 1e6,
             "calibrated_gflops": (flops or 0.0) / 1e9,
             "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
             "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
@@ -207,10 +241,12 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
 
 
 # ---- the twin and the comparison -----------------------------------------------------------
-def twin_config(dense: bool, ops: OpCounts, dtype: str) -> SimulateConfig:
+def twin_config(dense: bool, ops: OpCounts, dtype: str,
+                sparse_call_us: float | None = None) -> SimulateConfig:
     """The cost model's description of one of our CPU engines."""
     return SimulateConfig(
         mode=ComputeMode.dense if dense else ComputeMode.sparse,
+        cpu_sparse_call_us=sparse_call_us,
         kv_bytes_per_value=BYTES.get(dtype, 4.0), activation_bytes=BYTES.get(dtype, 4.0),
         cpu_ops=ops, gpu_ops=ops, prefill=replace(SimulateConfig().prefill,
                                                   mode=PrefillMode.hybrid))
@@ -287,34 +323,66 @@ class EngineValidation:
                 "ops_token": self.ops.lm_head}
 
 
-def time_average(a: HardwareProfile, b: HardwareProfile) -> HardwareProfile:
-    """`a` with the CPU rates of two calibrations averaged in time (harmonic mean of rates,
-    arithmetic mean of the per-operator cost)."""
-    def harmonic(x: float | None, y: float | None) -> float | None:
-        return None if not x or not y else 2.0 / (1.0 / x + 1.0 / y)
+def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], float],
+             cost: Callable[[list[float]], float]) -> HardwareProfile:
+    """The first profile with CPU rates combined by `rate` and per-call costs by `cost`."""
+    a = profiles[0]
 
-    cpu = replace(a.cpu, effective_bw=harmonic(a.cpu.effective_bw, b.cpu.effective_bw),
-                  effective_flops=harmonic(a.cpu.effective_flops, b.cpu.effective_flops))
-    return replace(a, units={**a.units, a.host: cpu}, launch_s=(a.launch_s + b.launch_s) / 2)
+    def rates(get: Callable[[HardwareProfile], float | None]) -> float | None:
+        values = [get(p) for p in profiles]
+        return None if not all(values) else rate(values)  # type: ignore[arg-type]
+
+    cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
+                  effective_flops=rates(lambda p: p.cpu.effective_flops))
+    meta = dict(a.meta)
+    calls = [p.meta.get("calibration", {}).get("calibrated_sparse_call_us") for p in profiles]
+    if all(c is not None for c in calls):
+        meta["calibration"] = {**a.meta.get("calibration", {}),
+                               "calibrated_sparse_call_us": cost(calls)}  # type: ignore[arg-type]
+    return replace(a, units={**a.units, a.host: cpu},
+                   launch_s=cost([p.launch_s for p in profiles]), meta=meta)
+
+
+def time_average(*profiles: HardwareProfile) -> HardwareProfile:
+    """Calibrations taken at several times, averaged in time: harmonic mean of the rates
+    (a byte's mean cost), arithmetic mean of the per-call costs."""
+    return _combine(profiles, lambda v: len(v) / sum(1.0 / x for x in v), statistics.fmean)
 
 
 def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench: Any,
                     profile: Any, placement: Any, local: HardwareProfile,
                     predictors: Any | None = None,
-                    calibrate: Callable[[], HardwareProfile] | None = None
-                    ) -> list[EngineValidation]:
-    """Measure one engine once and simulate its twin with the `local` profile as cached
-    ("profile") and, with `calibrate`, re-measured just before and just after the engine
-    run and averaged ("calibrated"); compare (see the module docstring)."""
+                    calibrate: Callable[[Stat], HardwareProfile] | None = None,
+                    rounds: int = 3) -> list[EngineValidation]:
+    """Measure one engine and simulate its twin with the `local` profile as cached
+    ("profile") and, with `calibrate`, re-measured before, between and after `rounds`
+    engine runs (bench.repeats timed generations each, pooled) and averaged in time
+    ("calibrated"); compare (see the module docstring)."""
     from powerbench.engine import build_engine, build_prompt_batch, run_engine
+    from powerbench.engine.timing import summarize
     from powerbench.simulator.simulate import simulate
 
     context = {"predictors": predictors, "placement": placement}
-    before = calibrate() if calibrate is not None else None
-    result = run_engine(engine_cfg, loaded, list(prompts), bench, **context)
+    samples: list[HardwareProfile] = []
+
+    def sample() -> None:
+        if calibrate is not None:
+            samples.append(calibrate(statistics.median))
+
+    # `rounds` x (calibrate, measure), then calibrate: on a machine whose speed jumps
+    # between modes for seconds at a time, short alternating slices let the medians of
+    # both sides see the same mix of modes
+    runs: list[Any] = []
+    sample()
+    for _ in range(max(rounds, 1)):
+        result = run_engine(engine_cfg, loaded, list(prompts), bench, **context)
+        runs += result.runs
+        sample()
+    result.metrics.update(summarize(runs, bench.batch_size, bench.prompt_tokens))
+    result.runs = runs
     hardware = {"profile": local}
-    if calibrate is not None and before is not None:
-        hardware["calibrated"] = time_average(before, calibrate())
+    if samples:
+        hardware["calibrated"] = time_average(*samples)
     measured = {**result.metrics, **best_rates(result.runs, bench.new_tokens, bench.batch_size,
                                                 bench.prompt_tokens)}
     engine = build_engine(engine_cfg)
@@ -329,7 +397,9 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
     name = str(engine_cfg.get("name") if hasattr(engine_cfg, "get") else engine_cfg.name)
     out = []
     for variant, hw in hardware.items():
-        sim = simulate(twin_config(dense, ops, dtype), loaded.spec, profile, placement, hw,
+        calibration = hw.meta.get("calibration", {})
+        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"))
+        sim = simulate(twin, loaded.spec, profile, placement, hw,
                        predictors=None if dense else predictors, bench=bench)
         errors = compare(measured, sim.metrics, bench.new_tokens, bench.batch_size)
         out.append(EngineValidation(name, dict(measured), sim.metrics, errors, ops, variant,
@@ -372,7 +442,7 @@ def compose_config(overrides: Sequence[str]) -> Any:
 
 def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
                    overrides: Sequence[str] = (), calibrate: bool = True,
-                   predictor: str = "fixed") -> list[EngineValidation]:
+                   predictor: str = "fixed", rounds: int = 3) -> list[EngineValidation]:
     """Measure and simulate each engine on `local`; log one MLflow run per (engine,
     hardware variant) with the measured metrics, the sim_* metrics and the errors."""
     from omegaconf import OmegaConf
@@ -397,13 +467,13 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
     local = load_hardware(hardware_node(cfg))
     dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
 
-    def recalibrate() -> HardwareProfile:
+    def recalibrate(stat: Stat) -> HardwareProfile:
         """The local profile's CPU rates re-measured now for this model's shapes."""
         working_set = loaded.spec.total_params * torch.tensor([], dtype=dtype).element_size()
         return calibrate_local(local, working_set, loaded.spec.d_model, dtype,
                                gemm_rows=cfg.bench.prompt_tokens * cfg.bench.batch_size,
                                d_ffn=loaded.spec.neurons_per_layer,
-                               threads=cfg.bench.threads)[0]
+                               threads=cfg.bench.threads, stat=stat)[0]
 
     placement = solve(cfg.solver, loaded.spec, profile, local,
                       weight_dtype=cfg.model.weight_dtype)
@@ -427,7 +497,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
         load_before = os.getloadavg()[0]
         runs = validate_engine(engine_cfg, loaded, split.heldout, ecfg.bench, profile,
                                placement, local, predictors,
-                               calibrate=recalibrate if calibrate else None)
+                               calibrate=recalibrate if calibrate else None, rounds=rounds)
         load = {"host_load_avg_1m_before": load_before,
                 "host_load_avg_1m_after": os.getloadavg()[0]}
         for v in runs:
@@ -441,6 +511,9 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
                                      "ops_attention": v.ops.attention,
                                      "ops_ffn": v.ops.ffn_dense or v.ops.ffn_sparse,
                                      "ops_token": v.ops.lm_head,
+                                     "sim_cpu_sparse_call_us": v.hardware.meta.get(
+                                         "calibration", {}).get("calibrated_sparse_call_us",
+                                                                0.0),
                                      **load, "hw_cpu_gflops": (
                                          v.hardware.cpu.effective_flops or 0) / 1e9,
                                      **{f"hw_{k}": val for k, val in
@@ -471,11 +544,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(hybrid_cpu where conf/engine has no sparse_cpu)")
     parser.add_argument("--predictor", default="fixed", help="predictors of sparse engines")
     parser.add_argument("--no-calibrate", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="engine runs per engine, with calibrations before, between and "
+                             "after them")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench.new_tokens=64")
     args = parser.parse_args(argv)
     engines = args.engines.split(",") if args.engines else default_engines()
     rows = run_validation([e for e in engines if e], args.overrides,
-                          calibrate=not args.no_calibrate, predictor=args.predictor)
+                          calibrate=not args.no_calibrate, predictor=args.predictor,
+                          rounds=args.rounds)
     print(summary_table(rows).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     tracking = [o.split("=", 1)[1] for o in args.overrides if o.startswith("tracking.uri=")]
     out = validation_local(tracking_uri=tracking[0] if tracking else None)

@@ -179,3 +179,25 @@ def test_unified_memory_shares_one_bandwidth():
     shared = 200 * NEURON_B / 9e9
     assert shared > separate
     assert costs.layer["ffn"][0, 0] == pytest.approx(shared)
+
+
+def test_sparse_cpu_call_cost_is_added_once_per_cpu_ffn_call():
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6)
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [_one_token_trace(10, 40)])
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
+    shape = PassShape.decode(np.array([10]), 1)
+    busy = {}
+    for extra in (None, 7.0):
+        cfg = zero_overhead_config(cpu_sparse_call_us=extra)
+        model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
+        busy[extra] = model.forward(work, shape).busy
+    assert busy[7.0]["ffn@cpu"][0, 0] == pytest.approx(busy[None]["ffn@cpu"][0, 0] + 7e-6)
+    assert busy[7.0]["ffn@gpu"][0, 0] == busy[None]["ffn@gpu"][0, 0]  # CPU calls only
+    dense = CostModel(spec, placement, hw, zero_overhead_config(
+        mode=ComputeMode.dense, cpu_sparse_call_us=7.0), predictor_bytes=np.zeros(1))
+    dense_work = ffn_work(spec, profile, placement, ComputeMode.dense, token_groups(1, 1, 1),
+                          rows=1)
+    assert dense.forward(dense_work, shape).busy["ffn@cpu"][0, 0] == pytest.approx(
+        128 * NEURON_B / 10e9)  # dense calls pay no sparse-call cost

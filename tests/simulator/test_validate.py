@@ -7,7 +7,7 @@ import torch
 
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.weights import extract_weights
-from powerbench.simulator.config import ComputeMode, PrefillMode
+from powerbench.simulator.config import ComputeMode, OpCounts, PrefillMode
 from powerbench.simulator.validate import (
     _Counter,
     calibrate_local,
@@ -55,6 +55,30 @@ def test_calibration_replaces_only_effective_cpu_values():
     assert calibrated.cpu_bw > 1e8 and 0 < calibrated.launch_s < 1e-3
     assert hw.cpu_bw == 10e9  # the original is untouched
     assert calibrated.memories == hw.memories
+    assert meta["calibrated_sparse_call_us"] >= 0.0  # the fused operator's fixed cost
+
+
+def test_calibration_uses_the_statistic_asked_for():
+    hw = make_hardware(gpu_bw=None)
+    kwargs = dict(working_set_bytes=2e6, dim=64, gemm_rows=16, d_ffn=128)
+    import statistics
+
+    calls = []
+
+    def stat(values):
+        calls.append(len(values))
+        return min(values)
+
+    fastest, _ = calibrate_local(hw, **kwargs, stat=stat)
+    assert calls  # every microbenchmark is summarised by the statistic asked for
+    median, _ = calibrate_local(hw, **kwargs, stat=statistics.median)
+    assert fastest.cpu_bw > 0 and median.cpu_bw > 0
+
+
+def test_sparse_call_cost_reaches_the_twin():
+    ops = OpCounts(attention=20, predictor=0, ffn_dense=0, ffn_sparse=1, lm_head=3)
+    assert twin_config(False, ops, "fp32", sparse_call_us=6.5).cpu_sparse_call_us == 6.5
+    assert twin_config(True, ops, "fp32").cpu_sparse_call_us is None
 
 
 def test_errors_are_relative_to_measurement():
