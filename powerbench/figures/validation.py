@@ -27,6 +27,10 @@ def validation_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame()
     runs = runs[column(runs, "tags.validation") == "true"]
+    batches = column(runs, "tags.validation_batch")
+    if batches.notna().any():  # only the newest `powerbench validate` (older rows are stale)
+        newest = batches[runs["start_time"] == runs.loc[batches.notna(), "start_time"].max()]
+        runs = runs[batches == newest.iloc[0]]
     frame = pd.DataFrame({
         "engine": column(runs, "params.engine.name"),
         "hardware_variant": column(runs, "tags.hardware_variant"),

@@ -63,6 +63,12 @@ class BenchConfig:
     bandwidth_mb: int = 512
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        bad = [s for s in self.sparsities if not 0.0 <= s < 1.0]
+        if bad:
+            hint = f" (did you mean {bad[0] / 100:g}?)" if 1.0 <= bad[0] < 100.0 else ""
+            raise ValueError(f"sparsities are fractions in [0, 1); got {bad}{hint}")
+
     def backend_names(self) -> tuple[str, ...]:
         return self.backends or DEFAULT_BACKENDS[self.device]
 

@@ -12,17 +12,18 @@ own dtype for activations and the KV cache, the placement (`all_cpu` here: no GP
 engine's predictors, and its operator counts per layer COUNTED from the engine itself (a
 torch dispatch mode records the aten operators one decode step issues: structure, not
 time). The machine's rates come from the `local` profile's microbenchmarks; with
-`calibrate=True` three more microbenchmarks replace its effective values (never the end
+`calibrate=True` four more microbenchmarks replace its effective values (never the end
 result): the streaming bandwidth of matrix-vector products over a working set the size of
 the model's weights in matrices of its width (the profile's test is a 256 MB torch.sum:
-a different kernel and working set), the per-operator cost of a small `F.linear` called
-from Python (our engine's operators are Python calls; the profile's dispatch test is a
-bare torch.add), and the FLOP/s of one layer's matrix products for the prompt at the
-model's shapes (the profile's test is a 512^3 GEMM), and the fixed cost of one call of
-the engine's fused sparse FFN operator (an empty active set at the model's shapes) beyond
-one dispatch, charged once per sparse layer call. Calibration microbenchmarks report
-medians, like the engines (on a shared machine a best-of catches only quiet moments), and
-run just before and just after each engine measurement (averaged).
+a different kernel and working set), the per-operator cost of a toy attention block's
+operators issued from Python (our engine's operators are Python calls of that mix; the
+profile's dispatch test is a bare torch.add), the FLOP/s of one layer's matrix products
+for the prompt at the model's shapes (the profile's test is a 512^3 GEMM), and the fixed
+cost of one call of the engine's fused sparse FFN operator (an empty active set at the
+model's shapes) beyond one dispatch, charged once per sparse layer call. Calibration
+microbenchmarks report medians, like the engines (on a shared machine a best-of catches
+only quiet moments), and run before, between and after the engine's rounds (averaged
+in time), so that both sides see the same mix of the machine's fast and slow spells.
 """
 
 from __future__ import annotations
@@ -179,16 +180,38 @@ def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
     return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
 
 
-def python_op_seconds(dim: int = 16, iters: int = 2000, stat: Stat = statistics.median) -> float:
-    """Seconds per small `F.linear` called from a Python loop (dispatch + call overhead)."""
-    w, x = torch.randn(dim, dim), torch.randn(1, dim)
+def python_op_seconds(iters: int = 300, stat: Stat = statistics.median) -> float:
+    """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
+    tokens) issued from Python: layer norm, Q/K/V/O products with their views and
+    transposes, KV-cache writes, scaled-dot-product attention, the residual add. Its
+    operators are counted like the engine's (aten dispatches), so the cost per operator
+    carries the same mix of cheap and dearer kernels; the shapes are small enough that
+    no read or FLOP shows. (A tight loop of one small `F.linear` gives ~25% less here.)"""
+    d, heads = 64, 4
+    hd = d // heads
+    x, w, b = torch.randn(1, 1, d), torch.randn(d, d), torch.randn(d)
+    ln_w, ln_b = torch.ones(d), torch.zeros(d)
+    keys, values = torch.randn(1, heads, 9, hd), torch.randn(1, heads, 9, hd)
 
-    def run() -> None:
-        for _ in range(iters):
-            F.linear(x, w)
+    def block() -> torch.Tensor:
+        a = F.layer_norm(x, (d,), ln_w, ln_b)
+        q, k, v = (F.linear(a, w, b).view(1, 1, heads, hd).transpose(1, 2) for _ in range(3))
+        keys[:, :, 8:9] = k
+        values[:, :, 8:9] = v
+        o = F.scaled_dot_product_attention(q, keys, values)
+        return x + F.linear(o.transpose(1, 2).reshape(1, 1, d), w, b)
 
+    counter = _Counter()
     with torch.inference_mode():
-        return _median_time(run, 7, stat) / iters
+        with counter:
+            block()
+        ops = sum(counter.counts.values())
+
+        def run() -> None:
+            for _ in range(iters):
+                block()
+
+        return _median_time(run, 7, stat) / (iters * ops)
 
 
 def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
@@ -425,7 +448,8 @@ ENGINE_ALIASES: dict[str, dict[str, Any]] = {
                 "gpu_backend": "sparse_torch", "cpu_backend": "sparse_cpu"},
     },
 }
-BASE_OVERRIDES = ("model=tiny_relu", "hardware=local", "solver=all_cpu",
+# bench.repeats=3: many short engine runs alternate with the calibrations (--rounds)
+BASE_OVERRIDES = ("model=tiny_relu", "hardware=local", "solver=all_cpu", "bench.repeats=3",
                   f"tracking.experiment={VALIDATION_EXPERIMENT}")
 
 
@@ -442,7 +466,7 @@ def compose_config(overrides: Sequence[str]) -> Any:
 
 def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
                    overrides: Sequence[str] = (), calibrate: bool = True,
-                   predictor: str = "fixed", rounds: int = 3) -> list[EngineValidation]:
+                   predictor: str = "fixed", rounds: int = 12) -> list[EngineValidation]:
     """Measure and simulate each engine on `local`; log one MLflow run per (engine,
     hardware variant) with the measured metrics, the sim_* metrics and the errors."""
     from omegaconf import OmegaConf
@@ -480,6 +504,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
     tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
                       enabled=cfg.tracking.enabled)
     results: list[EngineValidation] = []
+    batch = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # this invocation's runs
     for name in engines:
         alias = ENGINE_ALIASES.get(name)
         ecfg = compose_config([*BASE_OVERRIDES, *overrides,
@@ -503,7 +528,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
         for v in runs:
             with tracker.run(f"validate-{name}-{v.hardware_variant}",
                              tags={"validation": "true", "hardware_variant": v.hardware_variant,
-                                   "measured": "true"}):
+                                   "measured": "true", "validation_batch": batch}):
                 tracker.log_params({**OmegaConf.to_container(ecfg, resolve=True),
                                     "engine": OmegaConf.to_container(engine_cfg, resolve=True)})
                 tracker.log_params({"validation": {"hardware_variant": v.hardware_variant}})
@@ -544,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(hybrid_cpu where conf/engine has no sparse_cpu)")
     parser.add_argument("--predictor", default="fixed", help="predictors of sparse engines")
     parser.add_argument("--no-calibrate", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=12,
                         help="engine runs per engine, with calibrations before, between and "
                              "after them")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench.new_tokens=64")

@@ -64,3 +64,10 @@ def test_mlflow_run_is_logged(tmp_path, monkeypatch, backends):
     runs = mlflow.search_runs(experiment_names=["operators"])
     assert len(runs) == 1
     assert any(c.startswith("metrics.speedup/sparse_cpu/row/64x256") for c in runs.columns)
+
+
+def test_percent_sparsities_are_refused_with_a_hint():
+    from powerbench.ops.bench import BenchConfig
+
+    with pytest.raises(ValueError, match=r"fractions in \[0, 1\); got \[10.0\] \(did you mean 0.1\?\)"):
+        BenchConfig(sparsities=(0.0, 10.0))
