@@ -10,7 +10,8 @@ in torch first, then the operator. With `predictor=oracle` the active set is
 the true one (from the layer's own fc1, computed densely): the accuracy bound. Its sets
 are recorded during the first generation (the engine's warm-up) and replayed on later
 ones (`rewind()`, `powerbench.predictors.replay`), so timed oracle runs pay for the sparse
-operators alone: the speed bound.
+operators alone: the speed bound. Calls of at least `dense_from_rows` rows (a prompt) run
+the dense FFN: their union covers nearly every neuron, where a GEMM is faster.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from powerbench.engine.ffn import FFNObserver
+from powerbench.engine.ffn import DenseFFN, FFNObserver
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.ops import get_backend
 from powerbench.ops import weights as ops_weights
@@ -46,7 +47,7 @@ def operator_weights(f: ReluFFNWeights | GatedFFNWeights) -> ops_weights.ReluFFN
 class SparseFFN:
     def __init__(self, weights: DecoderWeights, backend: str = "sparse_cpu",
                  predictors: Any = None, check: bool = False, fused: bool = True,
-                 loaded: Any = None) -> None:
+                 dense_from_rows: int = 32, loaded: Any = None) -> None:
         if predictors is None:
             raise ValueError(f"engine={backend} computes the neurons a predictor chooses: run it "
                              "with predictor=fixed, adaptive or oracle (predictor=none is the "
@@ -66,10 +67,18 @@ class SparseFFN:
                        for i, f in enumerate(self.layers)] if fusable else None)
         self.prepared = [self.ops.prepare_ffn(f) for f in self.layers]
         self.d_ffn = weights.layers[0].ffn.d_ffn
+        # a prompt of many rows activates nearly every neuron (the union): one dense GEMM
+        # beats the sparse kernels there, as in llama.cpp / PowerInfer (0: always sparse)
+        self.dense_from_rows = dense_from_rows
+        self.dense = DenseFFN(weights)
         self.active_sum = 0
         self.calls = 0
 
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
+        if 0 < self.dense_from_rows <= x.shape[0]:
+            self.active_sum += self.d_ffn
+            self.calls += 1
+            return self.dense(layer_idx, x, observer)
         if self.fused is not None:
             y, idx = self.fused[layer_idx](x)
             if y.dtype != x.dtype:

@@ -32,10 +32,14 @@ class PrefillMode(StrEnum):
     hybrid: the prompt goes through the decode cost model as one batch of P x B tokens
         (each device computes its own neurons: the union over the prompt, or all in dense
         mode). Also what CPU-only machines and short prompts always use.
+    dense: like hybrid, but a prompt batch of at least `gpu_min_tokens` rows computes every
+        neuron where it is placed (an engine that hands large batches to dense GEMMs, as
+        our sparse CPU engine does from `dense_from_rows` rows).
     """
 
     gpu_stream = "gpu_stream"
     hybrid = "hybrid"
+    dense = "dense"
 
 
 @dataclass

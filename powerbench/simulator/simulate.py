@@ -15,6 +15,7 @@ Metric definitions match powerbench.engine.timing (prefill yields the first toke
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -142,9 +143,14 @@ def simulate(engine_cfg: Any, spec: ModelSpec, profile: ActivationProfile,
     rows = prompt * batch
     shape = PassShape.prefill(prompt, batch)
     stream = use_stream_prefill(cfg, hw, rows)
-    pre_mode = ComputeMode.dense if stream else cfg.mode
+    dense_prompt = (cfg.prefill.mode is PrefillMode.dense and sparse
+                    and rows >= cfg.prefill.gpu_min_tokens)
+    pre_mode = ComputeMode.dense if stream or dense_prompt else cfg.mode
     pre_work, n1 = _work(spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio)
-    pre = stream_prefill(model, pre_work, shape) if stream else model.forward(pre_work, shape)
+    pre_model = (CostModel(spec, placement, hw, replace(cfg, mode=ComputeMode.dense))
+                 if dense_prompt else model)
+    pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
+                                                                                  shape)
     prefill_s = float(pre.total.sum())
 
     # decode: N - 1 steps of B rows

@@ -42,7 +42,13 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from powerbench.hardware.profile import HardwareProfile
-from powerbench.simulator.config import ComputeMode, OpCounts, PrefillMode, SimulateConfig
+from powerbench.simulator.config import (
+    ComputeMode,
+    OpCounts,
+    PrefillConfig,
+    PrefillMode,
+    SimulateConfig,
+)
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
@@ -264,15 +270,17 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
 
 
 # ---- the twin and the comparison -----------------------------------------------------------
-def twin_config(dense: bool, ops: OpCounts, dtype: str,
-                sparse_call_us: float | None = None) -> SimulateConfig:
-    """The cost model's description of one of our CPU engines."""
+def twin_config(dense: bool, ops: OpCounts, dtype: str, sparse_call_us: float | None = None,
+                dense_prompt_rows: int = 0) -> SimulateConfig:
+    """The cost model's description of one of our CPU engines (a sparse engine that runs
+    batches of at least `dense_prompt_rows` rows densely gets PrefillMode.dense)."""
+    prefill = (PrefillConfig(mode=PrefillMode.dense, gpu_min_tokens=dense_prompt_rows)
+               if dense_prompt_rows > 0 and not dense else PrefillConfig(mode=PrefillMode.hybrid))
     return SimulateConfig(
         mode=ComputeMode.dense if dense else ComputeMode.sparse,
         cpu_sparse_call_us=sparse_call_us,
         kv_bytes_per_value=BYTES.get(dtype, 4.0), activation_bytes=BYTES.get(dtype, 4.0),
-        cpu_ops=ops, gpu_ops=ops, prefill=replace(SimulateConfig().prefill,
-                                                  mode=PrefillMode.hybrid))
+        cpu_ops=ops, gpu_ops=ops, prefill=prefill)
 
 
 def error_pct(simulated: float, measured: float) -> float:
@@ -415,13 +423,20 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
                                  bench.batch_size)
         dense = type(decoder.ffn).__name__ == "DenseFFN"
         ops = count_ops(decoder, ids.to(decoder.device), sparse=not dense)
+        dense_rows = getattr(decoder.ffn, "dense_from_rows", 0)
+        if dense_rows and not dense:  # its prompts run the dense FFN: count that one too
+            from powerbench.engine.decoder import Decoder
+
+            dense_ops = count_ops(Decoder(decoder.w), ids.to(decoder.device))
+            ops = replace(ops, ffn_dense=dense_ops.ffn_dense)
     dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
         decoder.w.dtype, "fp32")
     name = str(engine_cfg.get("name") if hasattr(engine_cfg, "get") else engine_cfg.name)
     out = []
     for variant, hw in hardware.items():
         calibration = hw.meta.get("calibration", {})
-        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"))
+        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
+                           dense_rows)
         sim = simulate(twin, loaded.spec, profile, placement, hw,
                        predictors=None if dense else predictors, bench=bench)
         errors = compare(measured, sim.metrics, bench.new_tokens, bench.batch_size)

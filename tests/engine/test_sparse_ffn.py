@@ -91,3 +91,16 @@ def test_oracle_sets_are_recorded_once_and_replayed(weights):
     ffn.rewind()
     decoder.generate(ids, 6)  # longer than the recording: the oracle answers the rest
     assert oracle.calls == calls + 2 * weights.n_layers
+
+
+def test_prompts_from_dense_from_rows_run_the_dense_ffn(weights):
+    ids = torch.randint(0, 97, (1, 12))
+    dense = Decoder(weights, ffn=DenseFFN(weights)).generate(ids, 2, return_logits=True)
+    lossy = TrueMask(weights, drop=5)  # would change the output wherever it is used
+    big = Decoder(weights, ffn=SparseFFN(weights, backend="sparse_torch", predictors=lossy,
+                                         dense_from_rows=12)).generate(ids, 2, return_logits=True)
+    small = Decoder(weights, ffn=SparseFFN(weights, backend="sparse_torch", predictors=lossy,
+                                           dense_from_rows=0)).generate(ids, 2, return_logits=True)
+    # the 12-row prompt ran densely: its logits (the first token's) equal dense
+    torch.testing.assert_close(big.logits[:, 0], dense.logits[:, 0])
+    assert not torch.allclose(small.logits[:, 0], dense.logits[:, 0], atol=1e-5)

@@ -178,3 +178,28 @@ def test_placement_on_a_gpu_the_hardware_lacks_fails():
     with pytest.raises(ValueError, match="has none"):
         simulate(None, spec, _random_profile(spec), make_placement(spec, [np.arange(10)]),
                  make_hardware(gpu_bw=None), bench=_bench())
+
+
+def test_dense_prefill_mode_computes_every_neuron_from_its_row_threshold():
+    from dataclasses import replace
+
+    from powerbench.simulator.config import PrefillConfig, PrefillMode
+
+    spec = make_spec(n_layers=2)
+    profile = _random_profile(spec, tokens=64, p=0.05)
+    hw = make_hardware(gpu_bw=None)
+    placement = solve(AllCPUConfig(), spec, profile, hw)
+    sparse = zero_overhead_config(mode=ComputeMode.sparse)
+
+    def prefill_ms(cfg, prompt):
+        return simulate(cfg, spec, profile, placement, hw,
+                        bench=_bench(prompt=prompt, new=2)).metrics["sim_prefill_ms"]
+
+    dense_cfg = replace(sparse, mode=ComputeMode.dense)
+    dense_prompts = replace(sparse, prefill=PrefillConfig(mode=PrefillMode.dense,
+                                                          gpu_min_tokens=16))
+    hybrid = replace(sparse, prefill=PrefillConfig(mode=PrefillMode.hybrid))
+    # from 16 rows the prompt costs what the dense engine's does, below it the sparse union
+    assert prefill_ms(dense_prompts, 16) == pytest.approx(prefill_ms(dense_cfg, 16))
+    assert prefill_ms(dense_prompts, 8) == pytest.approx(prefill_ms(hybrid, 8))
+    assert prefill_ms(hybrid, 16) != pytest.approx(prefill_ms(dense_cfg, 16))  # it matters
