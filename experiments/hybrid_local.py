@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
     from omegaconf import OmegaConf
 
+    from powerbench.config import compose_config
     from powerbench.data import load_texts
     from powerbench.engine import build_engine, build_prompt_batch, run_engine
     from powerbench.engine.hybrid import require_cuda
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from powerbench.simulator import simulate
     from powerbench.simulator.config import PrefillMode, SimulateConfig
     from powerbench.simulator.stage import hardware_node
-    from powerbench.simulator.validate import compare, compose_config, count_ops
+    from powerbench.simulator.validate import compare, count_ops
     from powerbench.tracking import Tracker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -19,11 +19,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from powerbench.config import register_configs
+from powerbench.config import CONF_DIR, register_configs
 
 log = logging.getLogger("powerbench")
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def _results_table(metrics: dict[str, float], notes: list[str]) -> str:

@@ -41,3 +41,14 @@ def tiny_model(tmp_path_factory):
     cfg = ModelConfig(_target_="powerbench.models.tiny_relu.load_tiny_relu", name="tiny_relu",
                       tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
     return load_tiny_relu(cfg, cache_dir=tmp_path_factory.mktemp("tiny_cache"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    """conf/ initialised with the typed schemas: `hydra.compose` works in the module's tests
+    (use with `pytestmark = pytest.mark.usefixtures("hydra_conf")`)."""
+    from powerbench.config import hydra_context
+
+    with hydra_context():
+        yield
+

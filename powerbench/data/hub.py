@@ -21,7 +21,7 @@ from powerbench.data.errors import DatasetUnavailableError
 from powerbench.data.render import render_instruction
 from powerbench.data.split import TextSplit, make_split
 from powerbench.data.validate import as_dataset_config
-from powerbench.models.loading import hub_reachable
+from powerbench.hub import hub_reachable
 
 log = logging.getLogger(__name__)
 

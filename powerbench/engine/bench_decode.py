@@ -190,13 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pandas as pd
     from omegaconf import OmegaConf
 
+    from powerbench.config import compose_config
     from powerbench.data import load_texts
     from powerbench.engine import build_prompt_batch
     from powerbench.paths import cache_dir
     from powerbench.pipeline import build
     from powerbench.predictors import prepare_predictors
     from powerbench.profiling.store import load_or_profile
-    from powerbench.simulator.validate import compose_config
     from powerbench.tracking import Tracker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -110,7 +110,7 @@ HF_TASKS: dict[str, HFTask] = {
 
 
 def _offline() -> bool:
-    from powerbench.models.loading import hub_reachable
+    from powerbench.hub import hub_reachable
 
     return not hub_reachable()
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
+from powerbench.hub import hub_reachable
 from powerbench.models.config import ModelConfig
 from powerbench.models.spec import FFNKind, ModelSpec, SparsityStats
 
@@ -107,18 +106,6 @@ def spec_from_hf_config(name: str, hf_config: Any, stats: SparsityStats | None =
         stats=stats,
         hf_id=hf_id,
     )
-
-
-def hub_reachable(timeout_s: float = 1.5) -> bool:
-    """A quick TCP probe of the hub endpoint (no HTTP retries)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 def _offline_message(hf_id: str) -> str:

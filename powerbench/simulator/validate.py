@@ -468,17 +468,6 @@ BASE_OVERRIDES = ("model=tiny_relu", "hardware=local", "solver=all_cpu", "bench.
                   f"tracking.experiment={VALIDATION_EXPERIMENT}")
 
 
-def compose_config(overrides: Sequence[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    from powerbench.cli import CONF_DIR
-    from powerbench.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
-
-
 def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
                    overrides: Sequence[str] = (), calibrate: bool = True,
                    predictor: str = "fixed", rounds: int = 12) -> list[EngineValidation]:
@@ -486,6 +475,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
     hardware variant) with the measured metrics, the sim_* metrics and the errors."""
     from omegaconf import OmegaConf
 
+    from powerbench.config import compose_config
     from powerbench.data import load_texts
     from powerbench.engine.base import TORCH_DTYPES
     from powerbench.hardware import load_hardware
@@ -563,7 +553,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
 
 
 def default_engines() -> list[str]:
-    from powerbench.cli import CONF_DIR
+    from powerbench.config import CONF_DIR
 
     if (Path(CONF_DIR) / "engine" / "sparse_cpu.yaml").exists():
         return ["dense", "sparse_cpu"]

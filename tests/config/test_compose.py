@@ -5,24 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from powerbench.cli import CONF_DIR
-from powerbench.config import register_configs
 
 GROUPS = sorted(p.name for p in Path(CONF_DIR).iterdir() if p.is_dir())
 OPTIONS = [(g, f.stem) for g in GROUPS if g != "experiment"
            for f in sorted((Path(CONF_DIR) / g).glob("*.yaml"))]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _hydra():
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        yield
+pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 
 def test_default_composes():

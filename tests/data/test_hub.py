@@ -6,10 +6,8 @@ import os
 import time
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from powerbench.cli import CONF_DIR
-from powerbench.config import register_configs
+from powerbench.config import compose_config
 from powerbench.data import DatasetUnavailableError, load_texts
 from powerbench.data.hub import wikitext_articles
 
@@ -27,9 +25,7 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("option", ["alpaca", "chatgpt_prompts", "wikitext"])
 def test_offline_hub_dataset_fails_fast_and_clearly(offline, option):
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=[f"dataset={option}"])
+    cfg = compose_config([f"dataset={option}"])
     env_before = dict(os.environ)
     start = time.perf_counter()
     with pytest.raises(DatasetUnavailableError) as err:

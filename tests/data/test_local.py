@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from powerbench.cli import CONF_DIR
-from powerbench.config import register_configs
+from powerbench.config import compose_config
 from powerbench.data import load_texts
 
 
@@ -70,10 +68,7 @@ def test_missing_file_and_path(tmp_path):
 def test_hydra_option_instantiates_the_loader(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text("\n\n".join(f"doc {i}" for i in range(40)))
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config",
-                      overrides=["dataset=local", f"dataset.path={path}"])
+    cfg = compose_config(["dataset=local", f"dataset.path={path}"])
     split = load_texts(cfg.dataset)
     assert split.name == "local" and len(split.train) + len(split.heldout) == 40
     assert split.source == f"local:{path}" and split.heldout

@@ -6,11 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
-from powerbench.config import register_configs
 from powerbench.hardware import HardwareProfile, hardware_config, load_hardware
 from powerbench.hardware.static import from_config
 from powerbench.paths import repo_root
@@ -20,11 +19,7 @@ STATIC = sorted(p.stem for p in (Path(CONF) / "hardware").glob("*.yaml") if p.st
 GB = 1e9
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _hydra():
-    register_configs()
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        yield
+pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 
 def test_the_issue_machines_exist():

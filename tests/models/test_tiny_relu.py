@@ -11,11 +11,9 @@ import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from transformers import OPTForCausalLM, PreTrainedTokenizerFast
 
-from powerbench.cli import CONF_DIR
-from powerbench.config import register_configs
+from powerbench.config import compose_config
 from powerbench.data.config import DatasetConfig
 from powerbench.models import tiny_relu as tr
 from powerbench.models.config import TinyTrainConfig
@@ -116,9 +114,7 @@ def test_split_matches_the_sharegpt_dataset_defaults():
     """The held-out documents of dataset=sharegpt are never trained on."""
     tiny, data = TinyTrainConfig(), DatasetConfig()
     assert (tiny.heldout_fraction, tiny.split_seed) == (data.heldout_fraction, data.split_seed)
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config")
+    cfg = compose_config()
     assert cfg.dataset.heldout_fraction == cfg.model.tiny.heldout_fraction
     assert cfg.dataset.split_seed == cfg.model.tiny.split_seed
     assert cfg.model._target_ == "powerbench.models.tiny_relu.load_tiny_relu"

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException
 
-from powerbench.config import register_configs
 from powerbench.paths import repo_root
 from powerbench.placement import solve, solver_config
 from powerbench.placement.config import SCHEMAS
@@ -19,11 +18,7 @@ CONF = str(repo_root() / "conf")
 NAMES = sorted(p.stem for p in (Path(CONF) / "solver").glob("*.yaml"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _hydra():
-    register_configs()
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        yield
+pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 
 def test_every_schema_has_a_yaml():

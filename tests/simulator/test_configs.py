@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException
 
-from powerbench.cli import CONF_DIR
-from powerbench.config import register_configs
 from powerbench.simulator.config import ComputeMode, PrefillMode, as_sim_config
 from powerbench.simulator.stage import is_simulated
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _hydra():
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        yield
+pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 
 def test_simulate_node_becomes_a_typed_config():
