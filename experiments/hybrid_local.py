@@ -56,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--predictor", default="fixed", help="fixed | adaptive | oracle | none")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    require_cuda()
+    try:
+        require_cuda()
+    except RuntimeError as err:  # no GPU here: say so, without a traceback
+        raise SystemExit(str(err)) from None
     predictor = [] if args.predictor == "none" else [f"predictor={args.predictor}"]
     cfg = compose_config(["model=tiny_relu", "hardware=local", f"solver={args.solver}",
                     "engine=hybrid", "tracking.experiment=hybrid_local", "solver.gpu_buffer_gb=0",
