@@ -56,12 +56,15 @@ class DecodeRow:
 
 
 class _TimedFFN:
-    """Wraps an FFN and sums the wall time of its calls (the FFN-only pass)."""
+    """Wraps an FFN and sums the wall time of its decode calls (the FFN-only pass); calls
+    of more than `rows` rows (the prompt) run untimed."""
 
-    def __init__(self, ffn: Any) -> None:
-        self.ffn, self.seconds, self.calls = ffn, 0.0, 0
+    def __init__(self, ffn: Any, rows: int) -> None:
+        self.ffn, self.rows, self.seconds, self.calls = ffn, rows, 0.0, 0
 
     def __call__(self, layer_idx: int, x: Tensor, observer: Any = None) -> Tensor:
+        if x.shape[0] > self.rows:
+            return self.ffn(layer_idx, x, observer)
         start = time.perf_counter()
         y = self.ffn(layer_idx, x, observer)
         self.seconds += time.perf_counter() - start
@@ -122,7 +125,7 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
                 rates[name].append(steps / _generate_timed(engines[name], ids, new_tokens))
         for _ in range(max(rounds // 3, 3)):
             for name in names:
-                timed = _TimedFFN(engines[name].ffn)
+                timed = _TimedFFN(engines[name].ffn, rows=ids.shape[0])
                 _generate_timed(Decoder(engines[name].w, ffn=timed), ids, new_tokens)
                 ffn_us[name].append(timed.seconds / max(timed.calls, 1) * 1e6)
     dense_rate = statistics.median(rates["dense"])

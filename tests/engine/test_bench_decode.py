@@ -58,3 +58,12 @@ def test_dense_baseline_is_required(weights):
     with pytest.raises(ValueError, match="dense engine"):
         run_decode_bench(torch.zeros(1, 4, dtype=torch.long), {"x": Decoder(weights)}, {},
                          rounds=1, new_tokens=2, threads=1)
+
+
+def test_ffn_timing_skips_prompt_calls():
+    from powerbench.engine.bench_decode import _TimedFFN
+
+    timed = _TimedFFN(lambda i, x, obs=None: x, rows=1)
+    timed(0, torch.zeros(3, 4))  # a prompt of 3 rows
+    timed(0, torch.zeros(1, 4))  # one decode step
+    assert timed.calls == 1
