@@ -50,7 +50,8 @@ def validation_table(runs: pd.DataFrame) -> pd.DataFrame:
              "sim_prefill_error_best_pct": "sim_prefill_error_best_pct",
              "hw_hw_cpu_bw_gb_s": "cpu_bw_gb_s", "hw_hw_launch_us": "op_us",
              "sim_cpu_sparse_call_us": "sparse_call_us",
-             "hw_cpu_gflops": "cpu_gflops", "ops_attention": "ops_attention",
+             "hw_cpu_gflops": "cpu_gflops",
+             "hw_cpu_attention_gflops": "cpu_attention_gflops", "ops_attention": "ops_attention",
              "ops_ffn": "ops_ffn", "ops_token": "ops_token",
              "host_load_avg_1m_before": "load_avg_before",
              "host_load_avg_1m_after": "load_avg_after"}

@@ -67,6 +67,9 @@ class ComputeUnit:
     peak_fp16_flops: float | None = None  # tensor/matrix units, FP16 accumulate
     peak_int8_ops: float | None = None
     effective_flops: float | None = None  # sustained (derated or measured GEMM)
+    # attention scores (QK^T, softmax, PV) sustained FLOP/s; None: effective_flops. Small
+    # fused-attention kernels run far below GEMM rate (measured on `local` by validation)
+    effective_attention_flops: float | None = None
     effective_bw: float | None = None  # what this unit achieves from its tier (None: tier's)
     gemv_flops: dict[int, float] = field(default_factory=dict)  # threads -> measured FLOP/s
 

@@ -4,7 +4,8 @@ For each layer l (home device h = where its attention and KV cache live; the res
 stream is merged there):
 
     attention  on h:  weights (Q, K, V, O) + the K and V of every context token of every row;
-                      FLOPs 2 x params x rows + 4 x heads x head_dim x (query, key) pairs
+                      FLOPs 2 x params x rows (GEMM rate) + 4 x heads x head_dim x (query,
+                      key) pairs (the unit's attention-score rate, if it has one)
     predictor  on its device (sparse mode): its parameter bytes, 2 x params x rows FLOPs
     FFN        each device computes its own neurons (FFNWork): neurons x M_n bytes,
                2 x params_per_neuron x neurons x rows FLOPs (+ cpu_sparse_call_us per
@@ -156,9 +157,10 @@ class CostModel:
         s = self.spec
         dev = self.placement.attn_device[layer]
         nbytes = self.attn_bytes + shape.kv_tokens * self.kv_token_bytes
+        rates = self.dev[dev]
         flops = (2.0 * s.attn_params_per_layer * shape.rows
-                 + 4.0 * s.n_heads * s.head_dim * shape.score_pairs)
-        return self.dev[dev].time(nbytes, flops, self.ops[dev].attention)
+                 + rates.score_flops_equivalent(4.0 * s.n_heads * s.head_dim * shape.score_pairs))
+        return rates.time(nbytes, flops, self.ops[dev].attention)
 
     def predictor(self, layer: int, rows: int) -> tuple[str, float]:
         dev = self.placement.predictor_device[layer] or self.placement.attn_device[layer]

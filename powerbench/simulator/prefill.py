@@ -44,7 +44,8 @@ def stream_prefill(model: CostModel, work: FFNWork, shape: PassShape) -> PassCos
         home = p.attn_device[i]
         kv_bytes = shape.kv_tokens * model.kv_token_bytes
         flops = (2.0 * spec.attn_params_per_layer * shape.rows
-                 + 4.0 * spec.n_heads * spec.head_dim * shape.score_pairs
+                 + gpu.score_flops_equivalent(
+                     4.0 * spec.n_heads * spec.head_dim * shape.score_pairs)
                  + 2.0 * spec.params_per_neuron * shape.rows
                  * (work.gpu_computed[:, i] + work.cpu_computed[:, i]))
         local = kv_bytes + work.gpu_computed[:, i] * model.neuron_bytes

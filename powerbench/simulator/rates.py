@@ -36,6 +36,13 @@ class DeviceRates:
     flops: float  # FLOP/s sustained
     op_s: float  # seconds per kernel launch (gpu) / per operator (cpu)
     overlapped_ops: bool  # True: launches overlap execution (max); False: they add
+    attention_flops: float | None = None  # attention-score FLOP/s (None: `flops`)
+
+    def score_flops_equivalent(self, score_flops: np.ndarray | float) -> np.ndarray:
+        """Attention-score FLOPs expressed at this device's GEMM rate (so one roofline
+        covers projections and scores: t = score_flops / attention_flops)."""
+        scale = self.flops / self.attention_flops if self.attention_flops else 1.0
+        return np.asarray(score_flops, dtype=np.float64) * scale
 
     def time(self, nbytes: np.ndarray | float, flops: np.ndarray | float,
              ops: np.ndarray | float) -> np.ndarray:
@@ -97,14 +104,17 @@ def cpu_rates(hw: HardwareProfile, cfg: SimulateConfig) -> DeviceRates:
             best = max(unit.gemv_flops.values())
             usable = [t for t in unit.gemv_flops if t <= threads] or [min(unit.gemv_flops)]
             bw *= unit.gemv_flops[max(usable)] / best
-    return DeviceRates(CPU, bw, _unit_flops(unit, fraction), cpu_op_seconds(hw, cfg), False)
+    attention = unit.effective_attention_flops
+    return DeviceRates(CPU, bw, _unit_flops(unit, fraction), cpu_op_seconds(hw, cfg), False,
+                       attention * fraction if attention else None)
 
 
 def gpu_rates(hw: HardwareProfile) -> DeviceRates | None:
     unit = hw.gpu
     if unit is None:
         return None
-    return DeviceRates(GPU, hw.bandwidth(unit), _unit_flops(unit), hw.launch_s, True)
+    return DeviceRates(GPU, hw.bandwidth(unit), _unit_flops(unit), hw.launch_s, True,
+                       unit.effective_attention_flops)
 
 
 def link_rates(hw: HardwareProfile) -> LinkRates | None:

@@ -12,15 +12,17 @@ own dtype for activations and the KV cache, the placement (`all_cpu` here: no GP
 engine's predictors, and its operator counts per layer COUNTED from the engine itself (a
 torch dispatch mode records the aten operators one decode step issues: structure, not
 time). The machine's rates come from the `local` profile's microbenchmarks; with
-`calibrate=True` four more microbenchmarks replace its effective values (never the end
+`calibrate=True` five more microbenchmarks replace its effective values (never the end
 result): the streaming bandwidth of matrix-vector products over a working set the size of
 the model's weights in matrices of its width (the profile's test is a 256 MB torch.sum:
 a different kernel and working set), the per-operator cost of a toy attention block's
 operators issued from Python (our engine's operators are Python calls of that mix; the
 profile's dispatch test is a bare torch.add), the FLOP/s of one layer's matrix products
-for the prompt at the model's shapes (the profile's test is a 512^3 GEMM), and the fixed
-cost of one call of the engine's fused sparse FFN operator (an empty active set at the
-model's shapes) beyond one dispatch, charged once per sparse layer call. Calibration
+for the prompt at the model's shapes (the profile's test is a 512^3 GEMM), the FLOP/s of
+causal attention over the prompt at the model's heads (scores; a small fused-attention
+kernel runs far below GEMM rate), and the fixed cost of one call of the engine's fused
+sparse FFN operator (an empty active set at the model's shapes) beyond one dispatch,
+charged once per sparse layer call. Calibration
 microbenchmarks report medians, like the engines (on a shared machine a best-of catches
 only quiet moments), and run before, between and after the engine's rounds (averaged
 in time), so that both sides see the same mix of the machine's fast and slow spells.
@@ -186,6 +188,19 @@ def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
     return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
 
 
+def attention_flops(rows: int, n_heads: int, head_dim: int,
+                    dtype: torch.dtype = torch.float32, repeats: int = 31,
+                    stat: Stat = statistics.median) -> float:
+    """FLOP/s of causal scaled-dot-product attention over a prompt of `rows` tokens at the
+    model's heads, counted as the cost model counts scores: 4 x heads x head_dim x
+    (query, key) pairs (the profile's GEMM test says nothing about this kernel)."""
+    q, k, v = (torch.randn(1, n_heads, rows, head_dim, dtype=dtype) for _ in range(3))
+    with torch.inference_mode():
+        t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                         repeats, stat)
+    return 4.0 * n_heads * head_dim * rows * (rows + 1) / 2 / t
+
+
 def python_op_seconds(iters: int = 300, stat: Stat = statistics.median) -> float:
     """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
     tokens) issued from Python: layer norm, Q/K/V/O products with their views and
@@ -245,24 +260,33 @@ def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
 def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
                     dtype: torch.dtype = torch.float32, gemm_rows: int | None = None,
                     d_ffn: int | None = None, threads: int = 0,
-                    stat: Stat = statistics.median) -> tuple[HardwareProfile, dict]:
-    """The local profile with its CPU bandwidth, operator cost and (with gemm_rows and
-    d_ffn) FLOP/s re-measured for this model's shapes, with the engine's thread count
-    (0: torch's default) (microbenchmarks only; see the module docstring)."""
+                    stat: Stat = statistics.median,
+                    attention_shape: tuple[int, int, int] | None = None,
+                    ) -> tuple[HardwareProfile, dict]:
+    """The local profile with its CPU bandwidth, operator cost, (with gemm_rows and d_ffn)
+    GEMM FLOP/s and sparse-call cost, and (with attention_shape = (prompt tokens, heads,
+    head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
+    engine's thread count (0: torch's default) (microbenchmarks only; see the module
+    docstring)."""
     with _threads(threads):
         bw = working_set_bandwidth(working_set_bytes, dim, dtype, stat=stat)
         op_s = python_op_seconds(stat=stat)
         flops = hardware.cpu.effective_flops
         sparse_extra_s = 0.0
+        attention = hardware.cpu.effective_attention_flops
+        if attention_shape:  # (prompt tokens, heads, head_dim)
+            attention = attention_flops(*attention_shape, dtype=dtype, stat=stat)
         if gemm_rows and d_ffn:
             flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype, stat=stat)
             sparse_extra_s = max(sparse_call_seconds(dim, d_ffn, stat=stat) - op_s, 0.0)
-    cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops)
+    cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops,
+                  effective_attention_flops=attention)
     units = dict(hardware.units)
     units[hardware.host] = cpu
     meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
             "calibrated_sparse_call_us": sparse_extra_s * 1e6,
             "calibrated_gflops": (flops or 0.0) / 1e9,
+            "calibrated_attention_gflops": (attention or 0.0) / 1e9,
             "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
             "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
     return replace(hardware, units=units, launch_s=op_s,
@@ -364,7 +388,8 @@ def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], 
         return None if not all(values) else rate(values)  # type: ignore[arg-type]
 
     cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
-                  effective_flops=rates(lambda p: p.cpu.effective_flops))
+                  effective_flops=rates(lambda p: p.cpu.effective_flops),
+                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops))
     meta = dict(a.meta)
     calls = [p.meta.get("calibration", {}).get("calibrated_sparse_call_us") for p in profiles]
     if all(c is not None for c in calls):
@@ -502,7 +527,9 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
         return calibrate_local(local, working_set, loaded.spec.d_model, dtype,
                                gemm_rows=cfg.bench.prompt_tokens * cfg.bench.batch_size,
                                d_ffn=loaded.spec.neurons_per_layer,
-                               threads=cfg.bench.threads, stat=stat)[0]
+                               threads=cfg.bench.threads, stat=stat,
+                               attention_shape=(cfg.bench.prompt_tokens, loaded.spec.n_heads,
+                                                loaded.spec.head_dim))[0]
 
     placement = solve(cfg.solver, loaded.spec, profile, local,
                       weight_dtype=cfg.model.weight_dtype)
@@ -546,6 +573,8 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
                                                                 0.0),
                                      **load, "hw_cpu_gflops": (
                                          v.hardware.cpu.effective_flops or 0) / 1e9,
+                                     "hw_cpu_attention_gflops": (
+                                         v.hardware.cpu.effective_attention_flops or 0) / 1e9,
                                      **{f"hw_{k}": val for k, val in
                                         v.hardware.summary().items()}})
             results.append(v)

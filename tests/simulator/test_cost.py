@@ -201,3 +201,21 @@ def test_sparse_cpu_call_cost_is_added_once_per_cpu_ffn_call():
                           rows=1)
     assert dense.forward(dense_work, shape).busy["ffn@cpu"][0, 0] == pytest.approx(
         128 * NEURON_B / 10e9)  # dense calls pay no sparse-call cost
+
+
+def test_attention_scores_run_at_the_units_attention_rate():
+    from dataclasses import replace
+
+    # compute-bound CPU (bandwidth huge): attention time = projections / GEMM rate +
+    # scores / attention rate
+    hw = make_hardware(cpu_bw=1e6 * GB, gpu_bw=None, cpu_flops=1e9)
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(0)], attn=CPU, lm_head=CPU)
+    model = CostModel(spec, placement, hw, zero_overhead_config(), predictor_bytes=np.zeros(1))
+    shape = PassShape.prefill(8, 1)
+    proj = 2.0 * spec.attn_params_per_layer * 8
+    scores = 4.0 * spec.n_heads * spec.head_dim * 36  # 8 x 9 / 2 causal pairs
+    assert model.attention(0, shape)[0] == pytest.approx((proj + scores) / 1e9)
+    slow = replace(hw, units={"cpu": replace(hw.cpu, effective_attention_flops=1e8)})
+    model = CostModel(spec, placement, slow, zero_overhead_config(), predictor_bytes=np.zeros(1))
+    assert model.attention(0, shape)[0] == pytest.approx(proj / 1e9 + scores / 1e8)
