@@ -44,7 +44,9 @@ def validation_table(runs: pd.DataFrame) -> pd.DataFrame:
         frame[f"measured_{phase}_tokens_per_s"] = pd.to_numeric(column(runs, f"metrics.{meas}"))
         frame[f"sim_{phase}_tokens_per_s"] = pd.to_numeric(column(runs, f"metrics.{sim}"))
         frame[err] = pd.to_numeric(column(runs, f"metrics.{err}"))
-    extra = {"best_decode_tokens_per_s": "measured_best_decode_tokens_per_s",
+    extra = {"sim_error_paired_pct": "sim_error_paired_pct",
+             "sim_prefill_error_paired_pct": "sim_prefill_error_paired_pct",
+             "best_decode_tokens_per_s": "measured_best_decode_tokens_per_s",
              "sim_error_best_pct": "sim_error_best_pct",
              "best_prefill_tokens_per_s": "measured_best_prefill_tokens_per_s",
              "sim_prefill_error_best_pct": "sim_prefill_error_best_pct",

@@ -362,12 +362,15 @@ class EngineValidation:
                 "measured_decode_tokens_per_s": self.measured["decode_tokens_per_s"],
                 "sim_decode_tokens_per_s": self.simulated["sim_decode_tokens_per_s"],
                 "sim_error_pct": self.errors["sim_error_pct"],
+                "sim_error_paired_pct": self.errors.get("sim_error_paired_pct", float("nan")),
                 "measured_best_decode_tokens_per_s":
                     self.measured.get("best_decode_tokens_per_s", float("nan")),
                 "sim_error_best_pct": self.errors.get("sim_error_best_pct", float("nan")),
                 "measured_prefill_tokens_per_s": self.measured["prefill_tokens_per_s"],
                 "sim_prefill_tokens_per_s": self.simulated["sim_prefill_tokens_per_s"],
                 "sim_prefill_error_pct": self.errors["sim_prefill_error_pct"],
+                "sim_prefill_error_paired_pct":
+                    self.errors.get("sim_prefill_error_paired_pct", float("nan")),
                 "sim_prefill_error_best_pct":
                     self.errors.get("sim_prefill_error_best_pct", float("nan")),
                 "measured_end_to_end_tokens_per_s": self.errors["end_to_end_tokens_per_s"],
@@ -405,6 +408,20 @@ def time_average(*profiles: HardwareProfile) -> HardwareProfile:
     return _combine(profiles, lambda v: len(v) / sum(1.0 / x for x in v), statistics.fmean)
 
 
+def _twin_of(decoder: Any, prompt_ids: torch.Tensor) -> tuple[bool, OpCounts, str, int]:
+    """(dense?, operator counts, dtype name, dense_from_rows) of one of our decoders."""
+    from powerbench.engine.decoder import Decoder
+
+    dense = type(decoder.ffn).__name__ == "DenseFFN"
+    ops = count_ops(decoder, prompt_ids, sparse=not dense)
+    dense_rows = getattr(decoder.ffn, "dense_from_rows", 0)
+    if dense_rows and not dense:  # its prompts run the dense FFN: count that one too
+        ops = replace(ops, ffn_dense=count_ops(Decoder(decoder.w), prompt_ids).ffn_dense)
+    dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+        decoder.w.dtype, "fp32")
+    return dense, ops, dtype, dense_rows
+
+
 def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench: Any,
                     profile: Any, placement: Any, local: HardwareProfile,
                     predictors: Any | None = None,
@@ -413,12 +430,28 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
     """Measure one engine and simulate its twin with the `local` profile as cached
     ("profile") and, with `calibrate`, re-measured before, between and after `rounds`
     engine runs (bench.repeats timed generations each, pooled) and averaged in time
-    ("calibrated"); compare (see the module docstring)."""
+    ("calibrated"); compare (see the module docstring). With `calibrate`, each round is
+    also compared with the calibrations on either side of it, and the median of those
+    per-round errors is `sim_error_paired_pct` (`sim_prefill_error_paired_pct`): a round
+    and its neighbouring calibrations mostly share one of the machine's speed spells."""
     from powerbench.engine import build_engine, build_prompt_batch, run_engine
     from powerbench.engine.timing import summarize
     from powerbench.simulator.simulate import simulate
 
     context = {"predictors": predictors, "placement": placement}
+    with _threads(bench.threads), torch.inference_mode():
+        decoder = build_engine(engine_cfg).build_decoder(loaded, **context)
+        ids = build_prompt_batch(loaded.tokenizer, list(prompts), min(bench.prompt_tokens, 8),
+                                 bench.batch_size)
+        dense, ops, dtype, dense_rows = _twin_of(decoder, ids.to(decoder.device))
+
+    def sim_metrics(hw: HardwareProfile) -> dict[str, float]:
+        calibration = hw.meta.get("calibration", {})
+        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
+                           dense_rows)
+        return simulate(twin, loaded.spec, profile, placement, hw,
+                        predictors=None if dense else predictors, bench=bench).metrics
+
     samples: list[HardwareProfile] = []
 
     def sample() -> None:
@@ -429,11 +462,15 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
     # between modes for seconds at a time, short alternating slices let the medians of
     # both sides see the same mix of modes
     runs: list[Any] = []
+    paired: list[dict[str, float]] = []
     sample()
     for _ in range(max(rounds, 1)):
         result = run_engine(engine_cfg, loaded, list(prompts), bench, **context)
         runs += result.runs
         sample()
+        if calibrate is not None:
+            paired.append(compare(result.metrics, sim_metrics(time_average(*samples[-2:])),
+                                  bench.new_tokens, bench.batch_size))
     result.metrics.update(summarize(runs, bench.batch_size, bench.prompt_tokens))
     result.runs = runs
     hardware = {"profile": local}
@@ -441,32 +478,16 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
         hardware["calibrated"] = time_average(*samples)
     measured = {**result.metrics, **best_rates(result.runs, bench.new_tokens, bench.batch_size,
                                                 bench.prompt_tokens)}
-    engine = build_engine(engine_cfg)
-    with _threads(bench.threads), torch.inference_mode():
-        decoder = engine.build_decoder(loaded, **context)
-        ids = build_prompt_batch(loaded.tokenizer, list(prompts), min(bench.prompt_tokens, 8),
-                                 bench.batch_size)
-        dense = type(decoder.ffn).__name__ == "DenseFFN"
-        ops = count_ops(decoder, ids.to(decoder.device), sparse=not dense)
-        dense_rows = getattr(decoder.ffn, "dense_from_rows", 0)
-        if dense_rows and not dense:  # its prompts run the dense FFN: count that one too
-            from powerbench.engine.decoder import Decoder
-
-            dense_ops = count_ops(Decoder(decoder.w), ids.to(decoder.device))
-            ops = replace(ops, ffn_dense=dense_ops.ffn_dense)
-    dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
-        decoder.w.dtype, "fp32")
     name = str(engine_cfg.get("name") if hasattr(engine_cfg, "get") else engine_cfg.name)
     out = []
     for variant, hw in hardware.items():
-        calibration = hw.meta.get("calibration", {})
-        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
-                           dense_rows)
-        sim = simulate(twin, loaded.spec, profile, placement, hw,
-                       predictors=None if dense else predictors, bench=bench)
-        errors = compare(measured, sim.metrics, bench.new_tokens, bench.batch_size)
-        out.append(EngineValidation(name, dict(measured), sim.metrics, errors, ops, variant,
-                                    hw))
+        sim = sim_metrics(hw)
+        errors = compare(measured, sim, bench.new_tokens, bench.batch_size)
+        if paired and variant == "calibrated":
+            errors |= {f"{k.removesuffix('_pct')}_paired_pct": statistics.median(
+                           p[k] for p in paired)
+                       for k in ("sim_error_pct", "sim_prefill_error_pct")}
+        out.append(EngineValidation(name, dict(measured), sim, errors, ops, variant, hw))
     return out
 
 

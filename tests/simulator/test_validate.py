@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +108,37 @@ def test_two_calibrations_average_in_time():
     assert avg.cpu_bw == pytest.approx(15e9)  # 1 byte takes (1/10 + 1/30) / 2 ns
     assert avg.cpu.effective_flops == pytest.approx(1.5e9)
     assert avg.launch_s == pytest.approx(2e-6)
+
+
+def test_validate_engine_compares_each_round_with_its_neighbouring_calibrations(tiny_model):
+    from powerbench.config.schema import BenchConfig
+    from powerbench.placement import solve
+    from powerbench.placement.config import AllCPUConfig
+    from powerbench.simulator.validate import validate_engine
+
+    from .factories import make_profile
+
+    hw = make_hardware(gpu_bw=None)
+    spec = tiny_model.spec
+    rng = np.random.default_rng(0)
+    profile = make_profile(spec, [rng.random((32, spec.neurons_per_layer)) < 0.2
+                                  for _ in range(spec.n_layers)])
+    placement = solve(AllCPUConfig(), spec, profile, hw)
+    bench = BenchConfig(prompt_tokens=8, new_tokens=4, repeats=1, warmup=0)
+    calls = []
+
+    def calibrate(stat):
+        calls.append(stat)
+        return hw
+
+    engine = {"_target_": "powerbench.engine.decoder_engine.DecoderEngine", "name": "dense"}
+    prompts = ["one two three four five six seven eight nine ten eleven twelve"] * 4
+    rows = validate_engine(engine, tiny_model, prompts, bench, profile, placement, hw,
+                           calibrate=calibrate, rounds=3)
+    assert len(calls) == 4  # before, between and after the three rounds
+    variants = {r.hardware_variant: r for r in rows}
+    assert set(variants) == {"profile", "calibrated"}
+    cal = variants["calibrated"].errors
+    assert np.isfinite(cal["sim_error_pct"]) and np.isfinite(cal["sim_error_paired_pct"])
+    assert "sim_error_paired_pct" not in variants["profile"].errors
+    assert len(variants["calibrated"].measured) and variants["calibrated"].ops.attention > 0
