@@ -56,6 +56,9 @@ class SparseFFN:
             predictors.check_compatible(loaded.spec)  # predictors for another shape: refused
         self.ops = get_backend(backend)  # falls back (one warning) if it cannot be built
         self.backend = self.ops.name
+        move = getattr(predictors, "to", None)
+        if callable(move):  # trained predictors run where the weights are (e.g. the GPU)
+            move(device=weights.device)
         if getattr(predictors, "idealised", False):
             predictors = ReplayedActiveSets(predictors)
         self.predictors = predictors

@@ -23,8 +23,9 @@ def _mask_from_modules(pre_activations: Sequence[nn.Module], neurons: int) -> Ma
     @torch.inference_mode()
     def mask(x: Tensor) -> Tensor:
         active = torch.ones(x.shape[0], neurons, dtype=torch.bool, device=x.device)
-        for module in pre_activations:
-            active &= module(x.to(module.weight.dtype)) > 0
+        for module in pre_activations:  # the HF model may live elsewhere than the engine
+            w = module.weight
+            active &= (module(x.to(device=w.device, dtype=w.dtype)) > 0).to(x.device)
         return active
 
     return mask
