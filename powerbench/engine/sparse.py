@@ -97,7 +97,7 @@ class SparseFFN:
         self.active_sum += int(idx.numel())
         self.calls += 1
         if observer is not None:
-            mask = torch.zeros(x.shape[0], self.d_ffn, dtype=torch.bool)
+            mask = torch.zeros(x.shape[0], self.d_ffn, dtype=torch.bool, device=x.device)
             mask[:, idx.long()] = True
             observer.record(layer_idx, x, mask)
         return y
