@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             node, loaded, profile, cache, cache / "bench_decode",
             calibration_texts=split.train, seq_len=cfg.eval.seq_len)
         pbytes[name] = int(metrics.get("predictor_param_bytes", 0))
-    pbytes[f"{args.unfused} unfused"] = pbytes.get(args.unfused, 0)
+    if args.unfused:
+        pbytes[f"{args.unfused} unfused"] = pbytes[args.unfused]
     engines = build_engines(loaded, strategies, sets, args.backend, args.unfused or None)
     bench = cfg.bench
     ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,

@@ -68,7 +68,8 @@ class SparseFFN:
         fusable = fused and hasattr(predictors, "fused_weights")
         self.fused = ([self.ops.prepare_ffn_predicted(f, predictors.fused_weights(i))
                        for i, f in enumerate(self.layers)] if fusable else None)
-        self.prepared = [self.ops.prepare_ffn(f) for f in self.layers]
+        self.prepared = ([self.ops.prepare_ffn(f) for f in self.layers]
+                         if self.fused is None else [])
         self.d_ffn = weights.layers[0].ffn.d_ffn
         # a prompt of many rows activates nearly every neuron (the union): one dense GEMM
         # beats the sparse kernels there, as in llama.cpp / PowerInfer (0: always sparse)
@@ -84,16 +85,12 @@ class SparseFFN:
             return self.dense(layer_idx, x, observer)
         if self.fused is not None:
             y, idx = self.fused[layer_idx](x)
-            if y.dtype != x.dtype:
-                y = y.to(x.dtype)
         else:
             idx = self.predictors.predict(layer_idx, x)
-            if self.check:
-                y = self.ops.ffn(x, self.layers[layer_idx], idx, check=True)
-            else:
-                y = self.prepared[layer_idx](x, idx)
-                if y.dtype != x.dtype:
-                    y = y.to(x.dtype)
+            y = (self.ops.ffn(x, self.layers[layer_idx], idx, check=True) if self.check
+                 else self.prepared[layer_idx](x, idx))
+        if y.dtype != x.dtype:  # the prepared calls return fp32
+            y = y.to(x.dtype)
         self.active_sum += int(idx.numel())
         self.calls += 1
         if observer is not None:

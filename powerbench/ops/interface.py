@@ -213,13 +213,14 @@ class SparseOps(ABC):
         p = predictor
         w1, b1, w2, b2 = p.w1, _like(p.b1, p.w1), p.w2_t.t(), _like(p.b2, p.w2_t)
         linear = torch.nn.functional.linear
+        ffn = self.prepare_ffn(weights)
 
         def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             hidden = linear(x.to(w1.dtype), w1, b1)
             if p.hidden_relu:
                 hidden = torch.relu(hidden)
             ids = (linear(hidden, w2, b2) >= p.threshold).any(dim=0).nonzero().flatten()
-            return self.ffn(x, weights, ids, check=False).float(), ids
+            return ffn(x, ids).float(), ids
 
         return run
 
