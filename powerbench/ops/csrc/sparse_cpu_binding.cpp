@@ -64,13 +64,19 @@ at::Tensor active_ids(const at::Tensor& idx, int64_t limit, bool check) {
   return ids;
 }
 
-const float* opt_bias(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
-                      const char* name) {
+// fp32 contiguous data of t (converted into `keep` only when it is not already).
+const float* f32_data(const at::Tensor& t, at::Tensor& keep) {
+  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t.data_ptr<float>();
+  keep = t.to(at::kFloat).contiguous();
+  return keep.data_ptr<float>();
+}
+
+const float* bias_data(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
+                       const char* name) {
   if (!bias.has_value()) return nullptr;
   TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape [", len,
                     "]");
-  keep = bias->to(at::kFloat).contiguous();
-  return keep.data_ptr<float>();
+  return f32_data(*bias, keep);
 }
 
 int threads() { return at::get_num_threads(); }
@@ -83,7 +89,7 @@ at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
   const at::Tensor xf = as_f32_2d(x, K, "x");
   const at::Tensor ids = active_ids(idx, N, check);
   at::Tensor bias_keep;
-  const float* b = opt_bias(bias, bias_keep, N, "bias");
+  const float* b = bias_data(bias, bias_keep, N, "bias");
   const int64_t B = xf.size(0), n = ids.numel();
   const int64_t cols = scatter ? N : n;
   at::Tensor out = scatter ? at::zeros({B, cols}, xf.options()) : at::empty({B, cols},
@@ -119,21 +125,6 @@ at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor
 // A decode step calls these once per layer with tiny shapes, so every ATen call (a
 // dispatcher round trip, ~1 us here) counts: inputs that are already fp32/int64 and
 // contiguous are read in place, and intermediates never become tensors.
-
-// fp32 contiguous data of t (converted into `keep` only when it is not already).
-const float* f32_data(const at::Tensor& t, at::Tensor& keep) {
-  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t.data_ptr<float>();
-  keep = t.to(at::kFloat).contiguous();
-  return keep.data_ptr<float>();
-}
-
-const float* bias_data(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
-                       const char* name) {
-  if (!bias.has_value()) return nullptr;
-  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape [", len,
-                    "]");
-  return f32_data(*bias, keep);
-}
 
 // x as fp32 [B, K] data; B returned through `rows`.
 const float* x_data(const at::Tensor& x, int64_t K, at::Tensor& keep, int64_t& rows) {
