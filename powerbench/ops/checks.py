@@ -13,6 +13,11 @@ WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+def check_device(t: torch.Tensor, name: str, device: str) -> None:
+    if t.device.type != device:
+        raise ValueError(f"{name} is on {t.device}, this backend runs on {device}")
+
+
 def check_weight(w: torch.Tensor, name: str, device: str) -> None:
     if not isinstance(w, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
@@ -20,8 +25,7 @@ def check_weight(w: torch.Tensor, name: str, device: str) -> None:
         raise TypeError(f"{name} must be float32, float16 or bfloat16, got {w.dtype}")
     if w.dim() != 2:
         raise ValueError(f"{name} must be 2-D [neurons, features], got shape {tuple(w.shape)}")
-    if w.device.type != device:
-        raise ValueError(f"{name} is on {w.device}, this backend runs on {device}")
+    check_device(w, name, device)
 
 
 def check_same(ref: torch.Tensor, ref_name: str, other: torch.Tensor, name: str) -> None:
@@ -39,16 +43,14 @@ def check_vector(v: torch.Tensor | None, length: int, name: str, device: str) ->
         raise TypeError(f"{name} must be a floating-point tensor, got {v.dtype}")
     if v.shape != (length,):
         raise ValueError(f"{name} must have shape ({length},), got {tuple(v.shape)}")
-    if v.device.type != device:
-        raise ValueError(f"{name} is on {v.device}, this backend runs on {device}")
+    check_device(v, name, device)
 
 
 def as_batch(x: torch.Tensor, features: int, name: str, device: str) -> torch.Tensor:
     """x as [batch, features]; a 1-D x is one token."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor")
-    if x.device.type != device:
-        raise ValueError(f"{name} is on {x.device}, this backend runs on {device}")
+    check_device(x, name, device)
     x2 = x.unsqueeze(0) if x.dim() == 1 else x
     if x2.dim() != 2 or x2.shape[1] != features or x2.shape[0] < 1:
         raise ValueError(f"{name} must be [batch >= 1, {features}] or [{features}], "
@@ -63,8 +65,7 @@ def check_index_type(idx: torch.Tensor, device: str) -> None:
         raise TypeError(f"idx must be int32 or int64, got {idx.dtype}")
     if idx.dim() != 1:
         raise ValueError(f"idx must be 1-D, got shape {tuple(idx.shape)}")
-    if idx.device.type != device:
-        raise ValueError(f"idx is on {idx.device}, this backend runs on {device}")
+    check_device(idx, "idx", device)
 
 
 def validate_ids(idx: torch.Tensor, limit: int) -> None:

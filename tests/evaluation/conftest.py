@@ -19,9 +19,7 @@ def word_tokenizer():
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny matmuls: one thread avoids contention on shared CPUs (restored afterwards)."""
-    import torch
+    from powerbench.engine.timing import torch_threads
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield
