@@ -129,26 +129,21 @@ def _threads(n: int) -> Iterator[None]:
 
 
 # ---- calibration microbenchmarks -----------------------------------------------------------
-Stat = Callable[[list[float]], float]
-
-
-def _median_time(fn: Callable[[], object], repeats: int,
-                 stat: Stat = statistics.median) -> float:
-    """`stat` (median: the engines' headline statistic; min: the fastest, which their
-    best_* metrics match) of the wall times of `repeats` calls after one warm-up, so that
-    on a shared machine calibration and engine are summarised alike."""
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls after one warm-up: the same statistic as the
+    engines' metrics (median of repeats), so that on a shared machine the calibration and
+    the engine see the same kind of load (a best-of would catch only the quiet moments)."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(stat(times))
+    return float(statistics.median(times))
 
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
-                          threads: int | None = None, repeats: int = 31,
-                          stat: Stat = statistics.median) -> float:
+                          threads: int | None = None, repeats: int = 31) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
     in 1 MB pieces, one product each, like a model's weight matrices)."""
     elem = torch.tensor([], dtype=dtype).element_size()
@@ -161,15 +156,14 @@ def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = to
         torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats, stat)
+            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats)
     finally:
         torch.set_num_threads(before)
     return n * rows * dim * elem / t
 
 
 def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
-                      dtype: torch.dtype = torch.float32, repeats: int = 31,
-                      stat: Stat = statistics.median) -> float:
+                      dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
     """FLOP/s of one decoder layer's matrix products for a prompt of `rows` tokens: four
     [rows, d_model] x [d_model, d_model] (Q, K, V, O) and the FFN pair through d_ffn
     (the profile's test, one 512^3 GEMM, is far more efficient than these shapes)."""
@@ -184,24 +178,23 @@ def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
         F.linear(F.linear(x, w1), w2)
 
     with torch.inference_mode():
-        t = _median_time(layer, repeats, stat)
+        t = _median_time(layer, repeats)
     return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
 
 
 def attention_flops(rows: int, n_heads: int, head_dim: int,
-                    dtype: torch.dtype = torch.float32, repeats: int = 31,
-                    stat: Stat = statistics.median) -> float:
+                    dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
     """FLOP/s of causal scaled-dot-product attention over a prompt of `rows` tokens at the
     model's heads, counted as the cost model counts scores: 4 x heads x head_dim x
     (query, key) pairs (the profile's GEMM test says nothing about this kernel)."""
     q, k, v = (torch.randn(1, n_heads, rows, head_dim, dtype=dtype) for _ in range(3))
     with torch.inference_mode():
         t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                         repeats, stat)
+                         repeats)
     return 4.0 * n_heads * head_dim * rows * (rows + 1) / 2 / t
 
 
-def python_op_seconds(iters: int = 300, stat: Stat = statistics.median) -> float:
+def python_op_seconds(iters: int = 300) -> float:
     """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
     tokens) issued from Python: layer norm, Q/K/V/O products with their views and
     transposes, KV-cache writes, scaled-dot-product attention, the residual add. Its
@@ -232,11 +225,11 @@ def python_op_seconds(iters: int = 300, stat: Stat = statistics.median) -> float
             for _ in range(iters):
                 block()
 
-        return _median_time(run, 7, stat) / (iters * ops)
+        return _median_time(run, 7) / (iters * ops)
 
 
 def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
-                        iters: int = 2000, stat: Stat = statistics.median) -> float:
+                        iters: int = 2000) -> float:
     """Seconds per call of the engine's fused predictor + sparse FFN operator at the model's
     shapes on an EMPTY active set with a rank-1 predictor: the operator's fixed cost (its
     dispatch, kernel set-up, output allocation), not its reads."""
@@ -254,13 +247,12 @@ def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
             call(x)
 
     with torch.inference_mode():
-        return _median_time(run, 7, stat) / iters
+        return _median_time(run, 7) / iters
 
 
 def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
                     dtype: torch.dtype = torch.float32, gemm_rows: int | None = None,
                     d_ffn: int | None = None, threads: int = 0,
-                    stat: Stat = statistics.median,
                     attention_shape: tuple[int, int, int] | None = None,
                     ) -> tuple[HardwareProfile, dict]:
     """The local profile with its CPU bandwidth, operator cost, (with gemm_rows and d_ffn)
@@ -269,16 +261,16 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
     engine's thread count (0: torch's default) (microbenchmarks only; see the module
     docstring)."""
     with _threads(threads):
-        bw = working_set_bandwidth(working_set_bytes, dim, dtype, stat=stat)
-        op_s = python_op_seconds(stat=stat)
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype)
+        op_s = python_op_seconds()
         flops = hardware.cpu.effective_flops
         sparse_extra_s = 0.0
         attention = hardware.cpu.effective_attention_flops
         if attention_shape:  # (prompt tokens, heads, head_dim)
-            attention = attention_flops(*attention_shape, dtype=dtype, stat=stat)
+            attention = attention_flops(*attention_shape, dtype=dtype)
         if gemm_rows and d_ffn:
-            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype, stat=stat)
-            sparse_extra_s = max(sparse_call_seconds(dim, d_ffn, stat=stat) - op_s, 0.0)
+            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
+            sparse_extra_s = max(sparse_call_seconds(dim, d_ffn) - op_s, 0.0)
     cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops,
                   effective_attention_flops=attention)
     units = dict(hardware.units)
@@ -425,7 +417,7 @@ def _twin_of(decoder: Any, prompt_ids: torch.Tensor) -> tuple[bool, OpCounts, st
 def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench: Any,
                     profile: Any, placement: Any, local: HardwareProfile,
                     predictors: Any | None = None,
-                    calibrate: Callable[[Stat], HardwareProfile] | None = None,
+                    calibrate: Callable[[], HardwareProfile] | None = None,
                     rounds: int = 3) -> list[EngineValidation]:
     """Measure one engine and simulate its twin with the `local` profile as cached
     ("profile") and, with `calibrate`, re-measured before, between and after `rounds`
@@ -456,7 +448,7 @@ def validate_engine(engine_cfg: Any, loaded: Any, prompts: Sequence[str], bench:
 
     def sample() -> None:
         if calibrate is not None:
-            samples.append(calibrate(statistics.median))
+            samples.append(calibrate())
 
     # `rounds` x (calibrate, measure), then calibrate: on a machine whose speed jumps
     # between modes for seconds at a time, short alternating slices let the medians of
@@ -542,13 +534,13 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
     local = load_hardware(hardware_node(cfg))
     dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
 
-    def recalibrate(stat: Stat) -> HardwareProfile:
+    def recalibrate() -> HardwareProfile:
         """The local profile's CPU rates re-measured now for this model's shapes."""
         working_set = loaded.spec.total_params * torch.tensor([], dtype=dtype).element_size()
         return calibrate_local(local, working_set, loaded.spec.d_model, dtype,
                                gemm_rows=cfg.bench.prompt_tokens * cfg.bench.batch_size,
                                d_ffn=loaded.spec.neurons_per_layer,
-                               threads=cfg.bench.threads, stat=stat,
+                               threads=cfg.bench.threads,
                                attention_shape=(cfg.bench.prompt_tokens, loaded.spec.n_heads,
                                                 loaded.spec.head_dim))[0]
 
