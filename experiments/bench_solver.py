@@ -27,11 +27,11 @@ import pandas as pd
 
 from powerbench.hardware import load_hardware
 from powerbench.hardware.load import conf_node
-from powerbench.models.loading import spec_from_config
-from powerbench.models.spec import ModelSpec
+from powerbench.model.loading import spec_from_config
+from powerbench.model.spec import ModelSpec
 from powerbench.paths import results_dir
-from powerbench.placement import PlacementInfeasibleError, solve, solver_config
 from powerbench.profiling.synthetic import synthetic_profile
+from powerbench.solver import PlacementInfeasibleError, solve, solver_config
 
 MODELS = ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"]
 HARDWARE = ["pc_high", "pc_low"]

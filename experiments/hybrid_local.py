@@ -36,18 +36,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from powerbench.config import compose_config
-    from powerbench.data import load_texts
+    from powerbench.dataset import load_texts
     from powerbench.engine import build_engine, build_prompt_batch, run_engine
     from powerbench.engine.hybrid import require_cuda
     from powerbench.hardware import load_hardware
     from powerbench.paths import cache_dir
     from powerbench.pipeline import build
-    from powerbench.placement import solve
     from powerbench.profiling.store import load_or_profile
     from powerbench.simulator import simulate
     from powerbench.simulator.config import PrefillMode, SimulateConfig
     from powerbench.simulator.stage import hardware_node
     from powerbench.simulator.validate import compare, count_ops
+    from powerbench.solver import solve
     from powerbench.tracking import Tracker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -67,14 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = cache_dir(cfg.cache_dir)
     loaded = build(cfg.model, cache_dir=cache)
     split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profile),
+    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profiling),
                                  split.name, cache)
     hardware = cap_gpu(load_hardware(hardware_node(cfg)), args.gpu_budget_mb * 1e6)
     dtype = cfg.engine.dtype or "fp16"
     placement = solve(cfg.solver, loaded.spec, profile, hardware, weight_dtype=dtype)
     predictors = None
     if cfg.get("predictor") is not None:
-        from powerbench.predictors import build_predictors
+        from powerbench.predictor import build_predictors
 
         predictors = build_predictors(cfg.predictor, loaded, profile, cache)
     measured = run_engine(cfg.engine, loaded, split.heldout, cfg.bench, placement=placement,

@@ -63,7 +63,7 @@ def timed(ctx: RunContext, stage: str, fn: Callable[[], Any]) -> Any:
 # ---- stages ------------------------------------------------------------------------------
 
 def stage_model(ctx: RunContext):
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
     loaded: LoadedModel = build(ctx.cfg.model, cache_dir=ctx.cache)
     spec = loaded.spec
@@ -77,7 +77,7 @@ def stage_model(ctx: RunContext):
 
 
 def stage_data(ctx: RunContext):
-    from powerbench.data import load_texts
+    from powerbench.dataset import load_texts
 
     split = load_texts(ctx.cfg.dataset)
     ctx.record({"dataset_train_docs": len(split.train), "dataset_heldout_docs": len(split.heldout)})
@@ -85,20 +85,20 @@ def stage_data(ctx: RunContext):
 
 
 def stage_profile(ctx: RunContext, loaded, split):
-    from powerbench.profiling.profile import ActivationProfile
+    from powerbench.profiling.activation_profile import ActivationProfile
 
     if loaded.has_weights:
         from powerbench.profiling.store import load_or_profile
 
         profile, hit = load_or_profile(loaded, split.train,
-                                       OmegaConf.to_object(ctx.cfg.profile), split.name,
+                                       OmegaConf.to_object(ctx.cfg.profiling), split.name,
                                        ctx.cache, seed=ctx.cfg.seed)
         ctx.note(f"activation profile: measured on {profile.n_tokens} tokens "
                  f"({'cache hit' if hit else 'profiled now'})")
     else:
         from powerbench.profiling.synthetic import synthetic_profile
 
-        profile = synthetic_profile(loaded.spec, trace_tokens=ctx.cfg.profile.trace_tokens,
+        profile = synthetic_profile(loaded.spec, trace_tokens=ctx.cfg.profiling.trace_tokens,
                                     seed=ctx.cfg.seed)
         ctx.note("activation profile: SYNTHETIC, fitted to published statistics "
                  f"({loaded.spec.stats.source if loaded.spec.stats else 'defaults'})")
@@ -116,10 +116,10 @@ def stage_profile(ctx: RunContext, loaded, split):
 
 def stage_placement(ctx: RunContext, loaded, profile, predictor_bytes: float | None = None):
     from powerbench.hardware import load_hardware
-    from powerbench.placement import solve
+    from powerbench.solver import solve
 
     hardware = load_hardware(ctx.cfg.hardware)
-    from powerbench.placement import write_artifacts
+    from powerbench.solver import write_artifacts
 
     bench = ctx.cfg.bench
     context = ctx.cfg.solver.get("context") or bench.prompt_tokens + bench.new_tokens
@@ -133,7 +133,7 @@ def stage_placement(ctx: RunContext, loaded, profile, predictor_bytes: float | N
 
 
 def stage_predictors(ctx: RunContext, loaded, profile, split):
-    from powerbench.predictors import prepare_predictors
+    from powerbench.predictor import prepare_predictors
 
     predictors, metrics, files = prepare_predictors(
         ctx.cfg.predictor, loaded, profile, ctx.cache, ctx.out_dir,
@@ -188,8 +188,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> RunContext:
 
 
 def run_stages(ctx: RunContext) -> None:
-    from powerbench.placement import PlacementInfeasibleError
     from powerbench.simulator.stage import is_simulated, record_infeasible, simulate_stage
+    from powerbench.solver import PlacementInfeasibleError
 
     cfg = ctx.cfg
     loaded = timed(ctx, "model", lambda: stage_model(ctx))

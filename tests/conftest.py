@@ -26,19 +26,19 @@ TINY_TEST_TRAIN = dict(
 @pytest.fixture
 def tiny_model_config():
     """A fresh ModelConfig of the test-sized tiny_relu (the one `tiny_model` is built from)."""
-    from powerbench.models.config import ModelConfig, TinyTrainConfig
+    from powerbench.model.config import ModelConfig, TinyTrainConfig
 
-    return ModelConfig(_target_="powerbench.models.tiny_relu.load_tiny_relu", name="tiny_relu",
+    return ModelConfig(_target_="powerbench.model.tiny_relu.load_tiny_relu", name="tiny_relu",
                        tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A small trained tiny_relu (TinyLoadedModel), trained once per test session."""
-    from powerbench.models.config import ModelConfig, TinyTrainConfig
-    from powerbench.models.tiny_relu import load_tiny_relu
+    from powerbench.model.config import ModelConfig, TinyTrainConfig
+    from powerbench.model.tiny_relu import load_tiny_relu
 
-    cfg = ModelConfig(_target_="powerbench.models.tiny_relu.load_tiny_relu", name="tiny_relu",
+    cfg = ModelConfig(_target_="powerbench.model.tiny_relu.load_tiny_relu", name="tiny_relu",
                       tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
     return load_tiny_relu(cfg, cache_dir=tmp_path_factory.mktemp("tiny_cache"), progress=False)
 

@@ -9,7 +9,7 @@ from omegaconf import MISSING
 
 
 @dataclass
-class ProfileConfig:
+class ProfilingConfig:
     """How much text the activation profiler sees (measured models)."""
 
     max_tokens: int = 16384  # tokens pushed through the model
@@ -41,7 +41,7 @@ class EvalConfig:
 
 
 @dataclass
-class ExperimentConfig:
+class PowerbenchConfig:
     name: str = "default"
     seed: int = 0
     cache_dir: str | None = None  # default: powerbench.paths.cache_dir()
@@ -52,6 +52,6 @@ class ExperimentConfig:
     hardware: Any = None  # optional stages: placement runs when hardware and solver are set
     solver: Any = None
     predictor: Any = None
-    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -13,17 +13,17 @@ import importlib
 
 from hydra.core.config_store import ConfigStore
 
-from powerbench.config.schema import ExperimentConfig
+from powerbench.config.schema import PowerbenchConfig
 
 # config group -> modules holding its SCHEMAS
 GROUP_MODULES: dict[str, tuple[str, ...]] = {
-    "model": ("powerbench.models.config",),
-    "dataset": ("powerbench.data.config",),
+    "model": ("powerbench.model.config",),
+    "dataset": ("powerbench.dataset.config",),
     "engine": ("powerbench.engine.config", "powerbench.simulator.config"),
     "tracking": ("powerbench.tracking.config",),
     "hardware": ("powerbench.hardware.config",),
-    "solver": ("powerbench.placement.config",),
-    "predictor": ("powerbench.predictors.config",),
+    "solver": ("powerbench.solver.config",),
+    "predictor": ("powerbench.predictor.config",),
 }
 
 _registered = False
@@ -34,7 +34,7 @@ def register_configs() -> None:
     if _registered:
         return
     cs = ConfigStore.instance()
-    cs.store(name="experiment_schema", node=ExperimentConfig)
+    cs.store(name="powerbench_schema", node=PowerbenchConfig)
     for group, module_names in GROUP_MODULES.items():
         for module_name in module_names:
             try:

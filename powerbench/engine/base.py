@@ -13,7 +13,7 @@ from powerbench.engine.timing import RunTiming, summarize
 
 if TYPE_CHECKING:  # these import omegaconf; the engine must import with torch alone
     from powerbench.config.schema import BenchConfig
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,

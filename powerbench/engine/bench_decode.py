@@ -194,11 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from powerbench.config import compose_config
-    from powerbench.data import load_texts
+    from powerbench.dataset import load_texts
     from powerbench.engine import build_prompt_batch
     from powerbench.paths import cache_dir
     from powerbench.pipeline import build
-    from powerbench.predictors import prepare_predictors
+    from powerbench.predictor import prepare_predictors
     from powerbench.profiling.store import load_or_profile
     from powerbench.tracking import Tracker
 
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = cache_dir(cfg.cache_dir)
     loaded = build(cfg.model, cache_dir=cache)
     split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profile),
+    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profiling),
                                  split.name, cache)
     sets, pbytes = {}, {}
     for name in sorted(set(strategies) | ({args.unfused} if args.unfused else set())):

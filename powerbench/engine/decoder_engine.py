@@ -32,7 +32,7 @@ from powerbench.engine.weights import extract_weights
 
 if TYPE_CHECKING:
     from powerbench.config.schema import BenchConfig
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
 DENSE_FFN = {"_target_": "powerbench.engine.ffn.DenseFFN"}
 

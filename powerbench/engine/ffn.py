@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
-from powerbench.models.spec import FFNKind
+from powerbench.model.spec import FFNKind
 
 
 @runtime_checkable

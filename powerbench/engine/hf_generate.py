@@ -30,7 +30,7 @@ from powerbench.engine.timing import RunTiming, StepClock, measure
 
 if TYPE_CHECKING:
     from powerbench.config.schema import BenchConfig
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
 
 def _stamp_processor(clock: StepClock) -> Any:

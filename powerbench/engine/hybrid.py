@@ -34,7 +34,7 @@ from powerbench.ops import weights as opw
 from powerbench.ops.interface import SparseOps, Threshold
 
 if TYPE_CHECKING:
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")
 NO_CUDA = ("engine=hybrid computes hot neurons on a CUDA GPU and cold neurons on the CPU, "

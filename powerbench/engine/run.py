@@ -18,7 +18,7 @@ from powerbench.engine.timing import torch_threads
 if TYPE_CHECKING:
     from powerbench.config.schema import BenchConfig
     from powerbench.engine.base import Engine
-    from powerbench.models.loading import LoadedModel
+    from powerbench.model.loading import LoadedModel
 
 
 def build_engine(engine_cfg: Any) -> Engine:

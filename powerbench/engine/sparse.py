@@ -9,7 +9,7 @@ predictor, the threshold and the FFN are one C++ call); `fused=False` runs the p
 in torch first, then the operator. With `predictor=oracle` the active set is
 the true one (from the layer's own fc1, computed densely): the accuracy bound. Its sets
 are recorded during the first generation (the engine's warm-up) and replayed on later
-ones (`rewind()`, `powerbench.predictors.replay`), so timed oracle runs pay for the sparse
+ones (`rewind()`, `powerbench.predictor.replay`), so timed oracle runs pay for the sparse
 operators alone: the speed bound. Calls of at least `dense_from_rows` rows (a prompt) run
 the dense FFN: their union covers nearly every neuron, where a GEMM is faster.
 """
@@ -25,7 +25,7 @@ from powerbench.engine.ffn import DenseFFN, FFNObserver
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.ops import get_backend
 from powerbench.ops import weights as ops_weights
-from powerbench.predictors.replay import ReplayedActiveSets
+from powerbench.predictor.replay import ReplayedActiveSets
 
 
 def _fp32(bias: Tensor | None) -> Tensor | None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from powerbench.models.spec import FFNKind
+from powerbench.model.spec import FFNKind
 
 NormKind = Literal["layer", "rms"]
 

@@ -14,7 +14,7 @@ import torch
 from powerbench.evaluation.masked import MaskedLogits
 from powerbench.evaluation.multiple_choice import LengthNorm, MCItem, score_items
 from powerbench.evaluation.perplexity import perplexity
-from powerbench.predictors.predictor_set import ActivePredictor
+from powerbench.predictor.predictor_set import ActivePredictor
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from powerbench.evaluation.perplexity import LogitsFn, hf_logits_fn
-from powerbench.predictors.hf_ffn import ffn_modules
-from powerbench.predictors.predictor_set import ActivePredictor
+from powerbench.predictor.hf_ffn import ffn_modules
+from powerbench.predictor.predictor_set import ActivePredictor
 
 
 @dataclass

@@ -9,7 +9,7 @@ from torch import nn
 
 from powerbench.evaluation.masked import masked_logits_fn
 from powerbench.evaluation.perplexity import perplexity, token_windows
-from powerbench.predictors.predictor_set import ActivePredictor
+from powerbench.predictor.predictor_set import ActivePredictor
 
 
 class MaskedPerplexity:

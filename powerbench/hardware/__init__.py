@@ -1,7 +1,6 @@
 """Hardware profiles: static machine descriptions and the measured `local` machine."""
 
-from powerbench.hardware.load import hardware_config, load_hardware
-from powerbench.hardware.profile import (
+from powerbench.hardware.hardware_profile import (
     GB,
     ComputeUnit,
     CoreCluster,
@@ -9,6 +8,7 @@ from powerbench.hardware.profile import (
     Link,
     MemoryTier,
 )
+from powerbench.hardware.load import hardware_config, load_hardware
 
 __all__ = [
     "GB",

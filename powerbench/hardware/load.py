@@ -8,7 +8,7 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from powerbench.hardware.profile import HardwareProfile
+from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.paths import repo_root
 
 

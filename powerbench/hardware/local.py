@@ -23,14 +23,14 @@ from omegaconf import DictConfig, OmegaConf
 from powerbench.cache import ArtifactCache, stable_hash
 from powerbench.hardware import microbench as mb
 from powerbench.hardware.config import LocalHardwareConfig
-from powerbench.hardware.load import plain_node
-from powerbench.hardware.profile import (
+from powerbench.hardware.hardware_profile import (
     ComputeUnit,
     CoreCluster,
     HardwareProfile,
     Link,
     MemoryTier,
 )
+from powerbench.hardware.load import plain_node
 from powerbench.paths import cache_dir
 
 log = logging.getLogger(__name__)

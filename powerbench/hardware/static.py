@@ -11,8 +11,7 @@ from powerbench.hardware.config import (
     MemoryTierConfig,
     StaticHardwareConfig,
 )
-from powerbench.hardware.load import plain_node
-from powerbench.hardware.profile import (
+from powerbench.hardware.hardware_profile import (
     GB,
     ComputeUnit,
     CoreCluster,
@@ -20,6 +19,7 @@ from powerbench.hardware.profile import (
     Link,
     MemoryTier,
 )
+from powerbench.hardware.load import plain_node
 
 TERA = 1e12
 

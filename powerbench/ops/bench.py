@@ -51,7 +51,7 @@ MATRICES = {"row": 1, "axpy": 1, "ffn_relu": 2, "ffn_gated": 3}  # weight matric
 
 
 @dataclass(frozen=True)
-class BenchConfig:
+class OperatorBenchConfig:
     device: str = "cpu"
     shapes: tuple[str, ...] = SHAPES
     dtypes: tuple[str, ...] = ("fp32", "fp16")
@@ -73,7 +73,7 @@ class BenchConfig:
         return self.backends or DEFAULT_BACKENDS[self.device]
 
 
-QUICK = BenchConfig(
+QUICK = OperatorBenchConfig(
     shapes=("4096x16384",),
     dtypes=("fp32",),
     batches=(1,),
@@ -166,7 +166,7 @@ def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
                                  check=False)
 
 
-def make_backends(cfg: BenchConfig) -> dict[str, SparseOps]:
+def make_backends(cfg: OperatorBenchConfig) -> dict[str, SparseOps]:
     made: dict[str, SparseOps] = {}
     for name in cfg.backend_names():
         if name == "sparse_torch":
@@ -178,13 +178,13 @@ def make_backends(cfg: BenchConfig) -> dict[str, SparseOps]:
     return made
 
 
-def measure_bandwidth(cfg: BenchConfig) -> Bandwidth:
+def measure_bandwidth(cfg: OperatorBenchConfig) -> Bandwidth:
     if cfg.device == "cuda":
         return cuda_copy_bandwidth(max(cfg.bandwidth_mb, 1024))
     return cpu_read_bandwidth(cfg.bandwidth_mb)
 
 
-def run_benchmark(cfg: BenchConfig, log: Callable[[str], None] = print
+def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                   ) -> tuple[list[ResultRow], Bandwidth]:
     backends = make_backends(cfg)
     bandwidth = measure_bandwidth(cfg)
@@ -264,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    cfg = QUICK if args.quick else BenchConfig()
+def config_from_args(args: argparse.Namespace) -> OperatorBenchConfig:
+    cfg = QUICK if args.quick else OperatorBenchConfig()
     cfg = replace(cfg, device=args.device)
     overrides = {
         "shapes": args.shapes, "dtypes": args.dtypes, "batches": args.batches,

@@ -1,6 +1,6 @@
 """Activation profiling: measured (forward hooks) and synthetic (published statistics)."""
 
-from powerbench.profiling.profile import (
+from powerbench.profiling.activation_profile import (
     ActivationProfile,
     LayerProfile,
     coverage_share,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powerbench.models.spec import FFNKind
+from powerbench.model.spec import FFNKind
 
 # Probe roles whose outputs must all be > 0 for a neuron to be active.
 ACTIVE_RULES: dict[FFNKind, tuple[str, ...]] = {

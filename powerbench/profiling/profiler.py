@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from powerbench.config.schema import ProfileConfig
-from powerbench.models.loading import LoadedModel
+from powerbench.config.schema import ProfilingConfig
+from powerbench.model.loading import LoadedModel
+from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile, pack_masks
 from powerbench.profiling.adapters import ACTIVE_DEFINITIONS, active_rule, adapter_for
-from powerbench.profiling.profile import ActivationProfile, LayerProfile, pack_masks
 from powerbench.profiling.tokens import batches, profiling_sequences
 
 # Bump when what the profiler records changes: it is part of every cache key.
@@ -105,7 +105,7 @@ class _LayerRecorder:
             hidden=self.hidden, masks=self.masks, trace=pack_masks(self.trace))
 
 
-def profile_model(loaded: LoadedModel, texts: list[str], cfg: ProfileConfig, dataset: str,
+def profile_model(loaded: LoadedModel, texts: list[str], cfg: ProfilingConfig, dataset: str,
                   seed: int = 0, progress: bool = True) -> ActivationProfile:
     """Profile a real model's FFN activations on `texts` (see module doc)."""
     if not loaded.has_weights or loaded.tokenizer is None:

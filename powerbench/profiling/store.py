@@ -8,7 +8,7 @@ not match its header raises ProfileFormatError.
 
 `load_or_profile` keys a cache entry by the weights (LoadedModel.weights_hash, or a hash of
 the state dict when that is None), the dataset name and a digest of the texts, every
-ProfileConfig setting that changes the result (not batch_size), the sampling seed and
+ProfilingConfig setting that changes the result (not batch_size), the sampling seed and
 PROFILER_VERSION. A truncated or corrupt entry fails its checksum (or its load) and is
 rebuilt with a warning (powerbench.cache.ArtifactCache).
 """
@@ -25,10 +25,15 @@ import numpy as np
 import torch
 
 from powerbench.cache import ArtifactCache, stable_hash
-from powerbench.config.schema import ProfileConfig
-from powerbench.models.loading import LoadedModel
+from powerbench.config.schema import ProfilingConfig
+from powerbench.model.loading import LoadedModel
 from powerbench.paths import cache_dir as default_cache_dir
-from powerbench.profiling.profile import ActivationProfile, LayerProfile, pack_masks, unpack_masks
+from powerbench.profiling.activation_profile import (
+    ActivationProfile,
+    LayerProfile,
+    pack_masks,
+    unpack_masks,
+)
 from powerbench.profiling.profiler import PROFILER_VERSION, profile_model
 
 FORMAT_VERSION = 1
@@ -144,7 +149,7 @@ def weights_fingerprint(loaded: LoadedModel) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def profile_cache_key(loaded: LoadedModel, texts: list[str], cfg: ProfileConfig, dataset: str,
+def profile_cache_key(loaded: LoadedModel, texts: list[str], cfg: ProfilingConfig, dataset: str,
                       seed: int = 0) -> str:
     settings = asdict(cfg)
     settings.pop("batch_size", None)  # does not change what is recorded
@@ -157,7 +162,7 @@ def profile_cache_key(loaded: LoadedModel, texts: list[str], cfg: ProfileConfig,
     return f"{safe}-{digest}"
 
 
-def load_or_profile(loaded: LoadedModel, split_texts: list[str], cfg: ProfileConfig,
+def load_or_profile(loaded: LoadedModel, split_texts: list[str], cfg: ProfilingConfig,
                     dataset: str, cache_dir: Path | str | None = None, seed: int = 0,
                     progress: bool = True) -> tuple[ActivationProfile, bool]:
     """(profile, hit): the cached measured profile, or a fresh one stored for next time.

@@ -62,8 +62,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
-from powerbench.models.spec import ModelSpec
-from powerbench.profiling.profile import ActivationProfile, LayerProfile, pack_masks
+from powerbench.model.spec import ModelSpec
+from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile, pack_masks
 
 log = logging.getLogger(__name__)
 

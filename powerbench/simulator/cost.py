@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from powerbench.hardware.profile import HardwareProfile
-from powerbench.models.spec import ModelSpec, bytes_per_param
-from powerbench.placement.placement import Placement
+from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.model.spec import ModelSpec, bytes_per_param
 from powerbench.simulator.config import ComputeMode, OpCounts, SimulateConfig
 from powerbench.simulator.rates import (
     CPU,
@@ -46,6 +45,7 @@ from powerbench.simulator.rates import (
     link_rates,
 )
 from powerbench.simulator.workload import FFNWork
+from powerbench.solver.placement import Placement
 
 LOGIT_BYTES = 4.0  # fp32 logits copied to the host
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powerbench.hardware.profile import ComputeUnit, HardwareProfile
+from powerbench.hardware.hardware_profile import ComputeUnit, HardwareProfile
 from powerbench.simulator.config import SimulateConfig
 
 DEFAULT_CPU_OP_S = 1e-6  # one OpenMP-style barrier across a desktop CPU's threads (estimate)

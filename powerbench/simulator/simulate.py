@@ -21,17 +21,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.hardware.load import load_hardware
-from powerbench.hardware.profile import HardwareProfile
-from powerbench.models.spec import ModelSpec
-from powerbench.placement.placement import Placement
-from powerbench.profiling.profile import ActivationProfile
+from powerbench.model.spec import ModelSpec
+from powerbench.profiling.activation_profile import ActivationProfile
 from powerbench.simulator.config import ComputeMode, PrefillMode, SimulateConfig, as_sim_config
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.prefill import stream_prefill
 from powerbench.simulator.rates import CPU, GPU
 from powerbench.simulator.result import SimResult, breakdown_frame, layer_frame
 from powerbench.simulator.workload import FFNWork, decode_passes, ffn_work, token_groups
+from powerbench.solver.placement import Placement
 
 PREDICTOR_BYTES_PER_PARAM = 2.0  # fp16 predictors
 

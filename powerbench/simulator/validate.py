@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from powerbench.hardware.profile import HardwareProfile
+from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.simulator.config import (
     ComputeMode,
     OpCounts,
@@ -514,22 +514,22 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
     from omegaconf import OmegaConf
 
     from powerbench.config import compose_config
-    from powerbench.data import load_texts
+    from powerbench.dataset import load_texts
     from powerbench.engine.base import TORCH_DTYPES
     from powerbench.hardware import load_hardware
-    from powerbench.models.spec import WeightDType
+    from powerbench.model.spec import WeightDType
     from powerbench.paths import cache_dir
     from powerbench.pipeline import build
-    from powerbench.placement import solve
     from powerbench.profiling.store import load_or_profile
     from powerbench.simulator.stage import hardware_node
+    from powerbench.solver import solve
     from powerbench.tracking import Tracker
 
     cfg = compose_config([*BASE_OVERRIDES, *overrides])
     cache = cache_dir(cfg.cache_dir)
     loaded = build(cfg.model, cache_dir=cache)
     split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profile),
+    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profiling),
                                  split.name, cache)
     local = load_hardware(hardware_node(cfg))
     dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
@@ -561,7 +561,7 @@ def run_validation(engines: Sequence[str] = ("dense", "sparse_cpu"),
         engine_cfg = OmegaConf.create(alias) if alias else ecfg.engine
         predictors = None
         if ecfg.get("predictor") is not None:
-            from powerbench.predictors import build_predictors
+            from powerbench.predictor import build_predictors
 
             predictors = build_predictors(ecfg.predictor, loaded, profile, cache)
         load_before = os.getloadavg()[0]

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powerbench.models.spec import ModelSpec
-from powerbench.placement.placement import Placement
-from powerbench.profiling.profile import ActivationProfile
+from powerbench.model.spec import ModelSpec
+from powerbench.profiling.activation_profile import ActivationProfile
 from powerbench.simulator.config import ComputeMode
+from powerbench.solver.placement import Placement
 
 
 @dataclass

@@ -82,7 +82,7 @@ def models(tokenizer):
 
 
 def loaded_model(name: str, model, tokenizer):
-    from powerbench.models.loading import LoadedModel, spec_from_hf_config
+    from powerbench.model.loading import LoadedModel, spec_from_hf_config
 
     return LoadedModel(spec=spec_from_hf_config(name, model.config), model=model,
                        tokenizer=tokenizer, source="test")

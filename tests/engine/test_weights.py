@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from powerbench.engine.weights import GatedFFNWeights, ReluFFNWeights, extract_weights
-from powerbench.models.spec import FFNKind
+from powerbench.model.spec import FFNKind
 
 
 def test_opt_layout_shares_storage_and_transposes_fc2(models):

@@ -18,13 +18,13 @@ from powerbench.evaluation import (
     masked_logits_fn,
     token_windows,
 )
-from powerbench.models.loading import LoadedModel, spec_from_hf_config
-from powerbench.predictors import ModelShape, OraclePredictorSet
-from powerbench.predictors.config import AdaptiveConfig, TrainConfig
-from powerbench.predictors.hf_ffn import ffn_modules
-from powerbench.predictors.predictor_set import PredictorBase
-from powerbench.predictors.strategies import AdaptiveSizing
-from powerbench.profiling.profile import ActivationProfile, LayerProfile
+from powerbench.model.loading import LoadedModel, spec_from_hf_config
+from powerbench.predictor import ModelShape, OraclePredictorSet
+from powerbench.predictor.config import AdaptiveConfig, TrainConfig
+from powerbench.predictor.hf_ffn import ffn_modules
+from powerbench.predictor.predictor_set import PredictorBase
+from powerbench.predictor.strategies import AdaptiveSizing
+from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile
 
 
 class _Nothing(PredictorBase):

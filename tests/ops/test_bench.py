@@ -67,7 +67,7 @@ def test_mlflow_run_is_logged(tmp_path, monkeypatch, backends):
 
 
 def test_percent_sparsities_are_refused_with_a_hint():
-    from powerbench.ops.bench import BenchConfig
+    from powerbench.ops.bench import OperatorBenchConfig
 
     with pytest.raises(ValueError, match=r"fractions in \[0, 1\); got \[10.0\] \(did you mean 0.1\?\)"):
-        BenchConfig(sparsities=(0.0, 10.0))
+        OperatorBenchConfig(sparsities=(0.0, 10.0))

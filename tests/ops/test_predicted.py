@@ -98,7 +98,7 @@ def test_predictor_for_another_ffn_is_refused(ops, gen):
 
 def test_fused_and_two_step_paths_agree_on_a_trained_predictor(ops, gen):
     """The engine's fused call selects what PredictorSet.predict selects."""
-    from powerbench.predictors.model import LayerPredictor
+    from powerbench.predictor.model import LayerPredictor
 
     layer = LayerPredictor(32, 128, rank=8).eval()
     with torch.no_grad():

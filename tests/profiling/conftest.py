@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from powerbench.models.loading import spec_from_config
-from powerbench.models.spec import ModelSpec
+from powerbench.model.loading import spec_from_config
+from powerbench.model.spec import ModelSpec
 
 CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 

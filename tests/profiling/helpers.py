@@ -51,7 +51,7 @@ def hand_built_opt():
     import torch
     from transformers import OPTConfig, OPTForCausalLM
 
-    from powerbench.models.loading import LoadedModel, spec_from_hf_config
+    from powerbench.model.loading import LoadedModel, spec_from_hf_config
 
     cfg = OPTConfig(vocab_size=VOCAB, hidden_size=D_MODEL, ffn_dim=D_FFN, num_hidden_layers=2,
                     num_attention_heads=2, word_embed_proj_dim=D_MODEL,
@@ -89,7 +89,7 @@ def tiny_llama(seed: int = 0):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from powerbench.models.loading import LoadedModel, spec_from_hf_config
+    from powerbench.model.loading import LoadedModel, spec_from_hf_config
 
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32,
                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powerbench.profiling.profile import (
+from powerbench.profiling.activation_profile import (
     ActivationProfile,
     LayerProfile,
     coverage_share,

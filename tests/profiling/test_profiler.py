@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from powerbench.config.schema import ProfileConfig
-from powerbench.models.spec import FFNKind
-from powerbench.profiling.profile import coverage_share
+from powerbench.config.schema import ProfilingConfig
+from powerbench.model.spec import FFNKind
+from powerbench.profiling.activation_profile import coverage_share
 from powerbench.profiling.profiler import profile_model
 from powerbench.profiling.tokens import profiling_sequences
 
@@ -54,7 +54,7 @@ def test_sequences_are_deterministic_and_bounded():
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_hand_built_opt_counts_exact(batch_size):
     loaded = hand_built_opt()
-    cfg = ProfileConfig(max_tokens=1000, seq_len=5, samples_per_layer=7, trace_tokens=9,
+    cfg = ProfilingConfig(max_tokens=1000, seq_len=5, samples_per_layer=7, trace_tokens=9,
                         batch_size=batch_size)
     profile = profile_model(loaded, TEXTS, cfg, dataset="hand", seed=1, progress=False)
     tokens = expected_tokens(TEXTS, 5)
@@ -82,7 +82,7 @@ def test_hand_built_opt_counts_exact(batch_size):
 
 def test_token_budget_and_sample_seed():
     loaded = hand_built_opt()
-    cfg = ProfileConfig(max_tokens=12, seq_len=5, samples_per_layer=4, trace_tokens=100,
+    cfg = ProfilingConfig(max_tokens=12, seq_len=5, samples_per_layer=4, trace_tokens=100,
                         batch_size=2)
     a = profile_model(loaded, TEXTS, cfg, "hand", seed=0, progress=False)
     b = profile_model(loaded, TEXTS, cfg, "hand", seed=0, progress=False)
@@ -98,7 +98,7 @@ def test_token_budget_and_sample_seed():
 def test_llama_reglu_masks_match_gate_and_all_tokens_recorded():
     loaded = tiny_llama()
     texts = ["abcdefghij" * 5, "jihgfedcba" * 4, "aabbccdd"]
-    cfg = ProfileConfig(max_tokens=80, seq_len=16, samples_per_layer=10_000,
+    cfg = ProfilingConfig(max_tokens=80, seq_len=16, samples_per_layer=10_000,
                         trace_tokens=10_000, batch_size=2)
     profile = profile_model(loaded, texts, cfg, "t", progress=False)
     assert profile.meta["active_definition"] == "gate(x) > 0"
@@ -120,7 +120,7 @@ def test_llama_reglu_masks_match_gate_and_all_tokens_recorded():
 
 def test_drelu_needs_gate_and_up():
     loaded = tiny_llama(seed=2)
-    cfg = ProfileConfig(max_tokens=48, seq_len=16, samples_per_layer=48, trace_tokens=0,
+    cfg = ProfilingConfig(max_tokens=48, seq_len=16, samples_per_layer=48, trace_tokens=0,
                         batch_size=4)
     reglu = profile_model(loaded, ["abcabcabcabcdddd"] * 3, cfg, "t", progress=False)
     drelu_loaded = replace(loaded, spec=replace(loaded.spec, ffn_kind=FFNKind("drelu")))
@@ -144,7 +144,7 @@ def test_hooks_removed_when_forward_fails():
 
     failing = loaded.model.model.decoder.layers[1].register_forward_pre_hook(boom)
     with pytest.raises(RuntimeError, match="boom"):
-        profile_model(loaded, TEXTS, ProfileConfig(seq_len=5), "hand", progress=False)
+        profile_model(loaded, TEXTS, ProfilingConfig(seq_len=5), "hand", progress=False)
     assert all_hooks(loaded.model) == 1  # only the test's own hook
     failing.remove()
     assert loaded.model.training is False
@@ -154,6 +154,6 @@ def test_rejects_models_it_cannot_profile():
     loaded = hand_built_opt()
     swiglu = replace(loaded, spec=replace(loaded.spec, ffn_kind=FFNKind("swiglu")))
     with pytest.raises(ValueError, match="no exact zeros"):
-        profile_model(swiglu, TEXTS, ProfileConfig(), "hand", progress=False)
+        profile_model(swiglu, TEXTS, ProfilingConfig(), "hand", progress=False)
     with pytest.raises(ValueError, match="needs weights"):
-        profile_model(replace(loaded, model=None), TEXTS, ProfileConfig(), "x", progress=False)
+        profile_model(replace(loaded, model=None), TEXTS, ProfilingConfig(), "x", progress=False)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from powerbench.config.schema import ProfileConfig
+from powerbench.config.schema import ProfilingConfig
 from powerbench.profiling.store import (
     ProfileFormatError,
     load_or_profile,
@@ -23,7 +23,7 @@ from powerbench.profiling.synthetic import synthetic_profile
 from .helpers import hand_built_opt, tiny_llama
 
 TEXTS = ["abcdefgh" * 4, "hgfedcba" * 3, "jihg"]
-CFG = ProfileConfig(max_tokens=64, seq_len=16, samples_per_layer=20, trace_tokens=12,
+CFG = ProfilingConfig(max_tokens=64, seq_len=16, samples_per_layer=20, trace_tokens=12,
                     batch_size=2)
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from powerbench.hardware.profile import (
+from powerbench.hardware.hardware_profile import (
     ComputeUnit,
     HardwareProfile,
     Link,
     MemoryTier,
 )
-from powerbench.models.spec import ModelSpec
-from powerbench.placement.placement import GPU, DeviceBytes, Placement
-from powerbench.profiling.profile import ActivationProfile, LayerProfile, pack_masks
+from powerbench.model.spec import ModelSpec
+from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile, pack_masks
 from powerbench.simulator.config import OpCounts, SimulateConfig
+from powerbench.solver.placement import GPU, DeviceBytes, Placement
 
 GB = 1e9
 HUGE_FLOPS = 1e30  # compute never binds unless a test says so

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powerbench.placement.placement import CPU, GPU
 from powerbench.simulator.config import ComputeMode
 from powerbench.simulator.cost import CostModel, PassShape
 from powerbench.simulator.prefill import stream_prefill
 from powerbench.simulator.workload import ffn_work, token_groups
+from powerbench.solver.placement import CPU, GPU
 
 from .factories import (
     GB,

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from powerbench.config.schema import BenchConfig
-from powerbench.models.spec import ModelSpec, SparsityStats
-from powerbench.placement import solve
-from powerbench.placement.config import AllCPUConfig, AllGPUConfig, LayerOffloadConfig
-from powerbench.placement.placement import CPU
+from powerbench.model.spec import ModelSpec, SparsityStats
 from powerbench.profiling.synthetic import synthetic_profile
 from powerbench.simulator import ComputeMode, simulate
 from powerbench.simulator.workload import ffn_work, token_groups
+from powerbench.solver import solve
+from powerbench.solver.config import AllCPUConfig, AllGPUConfig, LayerOffloadConfig
+from powerbench.solver.placement import CPU
 
 from .factories import (
     GB,

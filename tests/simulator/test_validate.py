@@ -95,9 +95,9 @@ def test_two_calibrations_average_in_time():
 
 def test_validate_engine_compares_each_round_with_its_neighbouring_calibrations(tiny_model):
     from powerbench.config.schema import BenchConfig
-    from powerbench.placement import solve
-    from powerbench.placement.config import AllCPUConfig
     from powerbench.simulator.validate import validate_engine
+    from powerbench.solver import solve
+    from powerbench.solver.config import AllCPUConfig
 
     from .factories import make_profile
 

@@ -1,0 +1,52 @@
+"""Activation predictors: per-layer active-neuron predictors, their sizing strategies
+(fixed / adaptive / oracle / none), training, thresholds and statistics.
+
+Importing this package needs torch only (the engine's constraint); the config-driven
+builders (`build_predictors`, `predictor_report`, `strategy_metrics`) load lazily.
+"""
+
+from typing import Any
+
+from powerbench.predictor.model import LayerPredictor
+from powerbench.predictor.oracle import OraclePredictorSet
+from powerbench.predictor.predictor_set import (
+    ActivePredictor,
+    ModelShape,
+    PredictorBase,
+    PredictorSet,
+)
+from powerbench.predictor.stats import LayerPredictorStats, overall_metrics, write_stats_csv
+
+_LAZY = {
+    "build_predictors": "powerbench.predictor.build",
+    "predictor_cache_key": "powerbench.predictor.build",
+    "predictor_report": "powerbench.predictor.build",
+    "prepare_predictors": "powerbench.predictor.build",
+    "strategy_metrics": "powerbench.predictor.strategies",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'powerbench.predictor' has no attribute {name!r}")
+
+
+__all__ = [
+    "ActivePredictor",
+    "LayerPredictor",
+    "LayerPredictorStats",
+    "ModelShape",
+    "OraclePredictorSet",
+    "PredictorBase",
+    "PredictorSet",
+    "build_predictors",
+    "overall_metrics",
+    "predictor_cache_key",
+    "predictor_report",
+    "prepare_predictors",
+    "strategy_metrics",
+    "write_stats_csv",
+]

@@ -1,0 +1,151 @@
+"""`build_predictors`: the pipeline's entry point (strategy by `_target_`, cached).
+
+Trained predictor sets are cached in `<cache>/predictors/<key>.pt` (ArtifactCache:
+checksummed, atomic; a corrupt entry is rebuilt) with key =
+hash(model weights, profile samples, strategy config, perplexity evaluator, code version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from powerbench.cache import ArtifactCache, stable_hash
+from powerbench.predictor.predictor_set import ActivePredictor, PredictorSet
+from powerbench.predictor.stats import write_stats_csv
+from powerbench.predictor.strategies import PplFn, strategy_metrics
+from powerbench.profiling.activation_profile import ActivationProfile
+
+log = logging.getLogger(__name__)
+
+CODE_VERSION = "predictors-1"
+
+
+def make_strategy(cfg: Any) -> Any:
+    """The strategy object named by `cfg._target_`, built from `cfg`."""
+    target = cfg["_target_"] if not is_dataclass(cfg) else cfg._target_
+    module_name, _, attr = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"predictor _target_ {target!r} cannot be located: {err}") from err
+    return cls(cfg)
+
+
+def model_identity(loaded) -> str:
+    """The loaded model's weights hash, or a hash of its parameters when it has none."""
+    if loaded.weights_hash:
+        return str(loaded.weights_hash)
+    if loaded.model is None:
+        return f"shape:{loaded.spec.name}"
+    h = hashlib.sha256()
+    for name, tensor in sorted(loaded.model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return "params:" + h.hexdigest()[:16]
+
+
+def profile_identity(profile: ActivationProfile) -> str:
+    """Hash of what predictor training reads: every layer's (hidden, mask) samples."""
+    h = hashlib.sha256()
+    h.update(f"{profile.model}|{profile.source}|{profile.dataset}|{profile.n_tokens}".encode())
+    for layer in profile.layers:
+        for array in (layer.hidden, layer.masks):
+            if array is None:
+                h.update(b"none")
+                continue
+            array = np.ascontiguousarray(array)
+            h.update(f"{array.dtype}{array.shape}".encode())
+            h.update(array.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _config_dict(cfg: Any) -> dict:
+    if is_dataclass(cfg):
+        return asdict(cfg)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def predictor_cache_key(loaded, profile: ActivationProfile, strategy: Any,
+                        evaluate_ppl: PplFn | None) -> str | None:
+    """None when the build cannot be identified (a perplexity callback without cache_key)."""
+    ppl_key = None
+    if strategy.uses_ppl and evaluate_ppl is not None:
+        ppl_key = getattr(evaluate_ppl, "cache_key", None)
+        if ppl_key is None:
+            return None
+    return stable_hash(CODE_VERSION, model_identity(loaded), profile_identity(profile),
+                       _config_dict(strategy.cfg), ppl_key)
+
+
+def build_predictors(cfg: Any, loaded, profile: ActivationProfile, cache_dir: Path | str,
+                     evaluate_ppl: PplFn | None = None) -> ActivePredictor | None:
+    """Build (or load from cache) the predictors `cfg` asks for; None for `none` (dense).
+
+    The result is checked against `loaded.spec` (a cached set for another shape is
+    refused with a ValueError naming both shapes).
+    """
+    strategy = make_strategy(cfg)
+    if not strategy.cacheable:
+        return strategy.build(loaded, profile, evaluate_ppl)
+    key = predictor_cache_key(loaded, profile, strategy, evaluate_ppl)
+    build = lambda: strategy.build(loaded, profile, evaluate_ppl)  # noqa: E731
+    if key is None:
+        log.info("perplexity callback has no cache_key: predictors are built, not cached")
+        result, hit = build(), False
+    else:
+        cache = ArtifactCache(Path(cache_dir) / "predictors", suffix=".pt")
+        start = time.perf_counter()
+        result, hit = cache.get_or_build(
+            key, build, save=lambda value, path: value.save(path),
+            load=lambda path: PredictorSet.load(path, expect=loaded.spec),
+            meta={"model": loaded.spec.name, "strategy": strategy.cfg.name},
+        )
+        log.info("predictors %s: %s in %.1fs", key, "cache hit" if hit else "built",
+                 time.perf_counter() - start)
+    result.check_compatible(loaded.spec)
+    result.info["cache_hit"] = hit
+    result.info["cache_key"] = key
+    return result
+
+
+def predictor_report(predictors: ActivePredictor | None, spec, profile: ActivationProfile,
+                     out_dir: Path | str) -> tuple[dict[str, float], list[Path]]:
+    """Overall metrics and artifact files (per-layer CSV when there are trained layers)."""
+    metrics = strategy_metrics(predictors, spec, profile)
+    files: list[Path] = []
+    stats = getattr(predictors, "stats", None)
+    if stats:
+        files.append(write_stats_csv(stats, Path(out_dir) / "predictor_layers.csv"))
+    return metrics, files
+
+
+def prepare_predictors(cfg: Any, loaded, profile: ActivationProfile, cache_dir: Path | str,
+                       out_dir: Path | str, calibration_texts: list[str] | None = None,
+                       seq_len: int = 128, calibration_tokens: int = 4096,
+                       ) -> tuple[ActivePredictor | None, dict[str, float], list[Path]]:
+    """The pipeline's predictor stage in one call: build (cached) + metrics + CSV.
+
+    Strategies that use perplexity (adaptive) get a masked-forward perplexity callback on
+    the last documents of `calibration_texts` (the train split) when the model has weights.
+    """
+    evaluate_ppl = None
+    if make_strategy(cfg).uses_ppl and calibration_texts and loaded.has_weights:
+        from powerbench.evaluation.ppl_callback import calibration_perplexity
+
+        evaluate_ppl = calibration_perplexity(loaded.model, loaded.tokenizer,
+                                              list(calibration_texts), seq_len,
+                                              calibration_tokens)
+    predictors = build_predictors(cfg, loaded, profile, cache_dir, evaluate_ppl)
+    metrics, files = predictor_report(predictors, loaded.spec, profile, out_dir)
+    return predictors, metrics, files

@@ -1,0 +1,65 @@
+"""`greedy`: PowerInfer's released behaviour, a global top-k by activation frequency.
+
+Every FFN neuron of a model has the same bytes M_n, so under a byte budget the knapsack
+is a cardinality constraint and the top-k is its exact optimum; the communication
+minimum C_l is *not* enforced (it is computed and the violations are reported in
+`stats.extra["cl_violations"]`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from powerbench.solver.common import as_config
+from powerbench.solver.config import GreedyConfig, SparseSolverConfig
+from powerbench.solver.placement import Placement, PlacementInfeasibleError, SolverStats
+from powerbench.solver.problem import ByteModel, PlacementProblem, byte_model
+from powerbench.solver.sparse import (
+    DensePlan,
+    allocate,
+    counts_objective,
+    layer_minimums,
+    neuron_budget,
+    plan_dense,
+    prefix_ids,
+    prefix_sums,
+    sparse_placement,
+)
+
+
+def greedy_counts(problem: PlacementProblem, plan: DensePlan, bm: ByteModel) -> np.ndarray:
+    """Per-layer GPU neuron counts of the global top-k (k from the byte window)."""
+    hi, lo = neuron_budget(plan, bm)
+    n = problem.spec.n_layers
+    counts = allocate(problem.sorted_frequencies, hi, np.ones(n, dtype=bool),
+                      np.zeros(n, dtype=np.int64), need=lo)
+    if counts is None:  # plan_dense already guarantees lo <= hi
+        raise PlacementInfeasibleError("GPU", lo * bm.neuron_bytes, hi * bm.neuron_bytes)
+    return counts
+
+
+def solve_greedy(cfg: Any, problem: PlacementProblem) -> Placement:
+    c = as_config(cfg, GreedyConfig)
+    return _solve(c, problem, "greedy")
+
+
+def _solve(c: SparseSolverConfig, problem: PlacementProblem, name: str) -> Placement:
+    start = time.perf_counter()
+    bm = byte_model(c, problem)
+    what = f"{name}: {problem.spec.name} ({problem.weight_dtype.value}) on {problem.hardware.name}"
+    plan = plan_dense(c, bm, what)
+    counts = greedy_counts(problem, plan, bm)
+    minimums = layer_minimums(c, problem, bm)
+    violations = int(np.sum((counts > 0) & (counts < minimums)))
+    stats = SolverStats(
+        solve_time_s=time.perf_counter() - start,
+        objective=counts_objective(prefix_sums(problem), counts), gap=0.0,
+        status="optimal" if violations == 0 else "optimal_ignoring_cl",
+        backend="numpy", extra={"cl_violations": violations,
+                                "ffn_budget_bytes": plan.ffn_gpu_max},
+    )
+    return sparse_placement(name, c, problem, bm, plan, prefix_ids(problem, counts), minimums,
+                            stats)

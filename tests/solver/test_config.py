@@ -1,0 +1,54 @@
+"""Solver yamls compose against their schemas and reach their solver through `_target_`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose
+from hydra.errors import ConfigCompositionException
+
+from powerbench.paths import repo_root
+from powerbench.solver import solve, solver_config
+from powerbench.solver.config import SCHEMAS
+
+from .conftest import BARE, machine, random_profile, tiny_spec
+
+CONF = str(repo_root() / "conf")
+NAMES = sorted(p.stem for p in (Path(CONF) / "solver").glob("*.yaml"))
+
+
+pytestmark = pytest.mark.usefixtures("hydra_conf")
+
+
+def test_every_schema_has_a_yaml():
+    assert NAMES == sorted(SCHEMAS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solver_yaml_composes_and_solves(name):
+    cfg = compose(config_name="config", overrides=[f"solver={name}"])
+    assert cfg.solver.name == name
+    spec = tiny_spec()
+    hw = machine(gpu_bytes=1e6, cpu_bytes=1e6)
+    for key, value in BARE.items():
+        if key in cfg.solver:
+            cfg.solver[key] = value
+    placement = solve(cfg.solver, spec, random_profile(spec, 0), hw)
+    assert placement.solver == name
+
+
+def test_typo_fails_at_composition():
+    with pytest.raises(ConfigCompositionException):
+        compose(config_name="config", overrides=["solver=ilp", "solver.grup_size=64"])
+    with pytest.raises(ConfigCompositionException):
+        compose(config_name="config", overrides=["solver=ilp", "solver.backend=glpk"])
+    with pytest.raises(ConfigCompositionException):
+        compose(config_name="config", overrides=["solver=ilp", "solver.group_size=many"])
+
+
+def test_solver_config_by_name_applies_overrides():
+    node = solver_config("ilp", group_size=64)
+    assert node.group_size == 64 and node._target_.endswith("solve_ilp")
+    with pytest.raises(FileNotFoundError, match="options"):
+        solver_config("nope")
