@@ -1,19 +1,25 @@
-"""`powerbench`: the Hydra app (default), plus a few subcommands.
+"""`powerbench`: one Hydra app; the task (conf/task) says what an invocation does.
 
-    powerbench [hydra overrides...]          run one experiment (or --multirun a sweep)
-    powerbench bench-operators [--quick]     sparse operator benchmark
-    powerbench bench-solver                  placement solver scale benchmark
-    powerbench bench-decode [--rounds N]     decode tokens/s, dense vs sparse, side by side
-    powerbench validate [overrides]          measured vs simulated on hardware=local
-    powerbench figure NAME                   regenerate a figure from MLflow runs
-    powerbench ui                            print the command that opens MLflow's dashboard
+    powerbench [overrides...]                   task=run: the experiment pipeline
+    powerbench validate [overrides...]          measured vs simulated on hardware=local
+    powerbench bench-decode [overrides...]      decode tokens/s, dense vs sparse, side by side
+    powerbench bench-operators [overrides...]   sparse operators vs torch dense
+    powerbench bench-solver [overrides...]      placement solvers at paper scale
+    powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
+    powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
+    powerbench ui [URI]                         the command that opens MLflow's dashboard
+
+`powerbench <task> ...` is `powerbench task=<task> ...`: every task gets a run directory,
+`--multirun`, `--cfg job`, `--help` and MLflow tracking. Task options live under `task.`
+(e.g. `powerbench bench-decode task.rounds=41`). The composed config is converted to typed
+dataclasses once, here, and the task is built from it (`build(cfg.task, cfg, out_dir)`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -23,92 +29,47 @@ from powerbench.config import CONF_DIR, register_configs
 
 log = logging.getLogger("powerbench")
 
+TASKS = ("validate", "bench-decode", "bench-operators", "bench-solver", "hybrid-local", "figure",
+         "ui")
+# bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
+POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}
 
-def _results_table(metrics: dict[str, float], notes: list[str]) -> str:
-    width = max((len(k) for k in metrics), default=10)
-    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  {'-' * 14}"]
-    for key in sorted(metrics):
-        value = metrics[key]
-        shown = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.4e}"
-        lines.append(f"{key:<{width}}  {shown}")
-    return "\n".join(notes + [""] + lines)
+
+def task_overrides(argv: Sequence[str]) -> list[str]:
+    """`[<task>] args...` -> Hydra arguments with `task=<task>` (bare words -> its option)."""
+    if not argv or argv[0] not in TASKS:
+        return list(argv)
+    name, rest = argv[0], list(argv[1:])
+    words = [a for a in rest if "=" not in a and not a.startswith("-")]
+    if words and name not in POSITIONAL:
+        raise SystemExit(f"powerbench {name}: unexpected {words}; options are Hydra "
+                         f"overrides, e.g. task.rounds=3 (see powerbench {name} --help)")
+    others = [a for a in rest if a not in words]
+    if words:
+        key = POSITIONAL[name]
+        value = f"[{','.join(words)}]" if key == "task.figures" else words[0]
+        others.append(f"{key}={value}")
+    return [f"task={name.replace('-', '_')}", *others]
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
-def _hydra_main(cfg: DictConfig) -> None:
+def _app(cfg: DictConfig) -> object:
     from hydra.core.hydra_config import HydraConfig
 
-    from powerbench.pipeline import run_experiment
-    from powerbench.tracking import ui_command
+    from powerbench.build import build
+    from powerbench.config import typed
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    ctx = run_experiment(cfg, out_dir)
-    print("\n" + _results_table(ctx.metrics, ctx.notes))
-    print(f"\nresults: {out_dir}/metrics.json")
-    if ctx.tracker.enabled:
-        print(f"MLflow run {ctx.tracker.run_id} in experiment '{ctx.tracker.experiment}'.")
-        print(f"Open the dashboard with:\n  {ui_command(ctx.tracker.uri)}")
+    config = typed(cfg)  # the one conversion: typed dataclasses from here down
+    return build(config.task, config, out_dir)
 
 
-def _ui(argv: list[str]) -> None:
-    from powerbench.tracking import default_tracking_uri, ui_command
-
-    print(ui_command(argv[0] if argv else default_tracking_uri()))
-
-
-def _bench_operators(argv: list[str]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import bench_operators  # noqa: PLC0415
-
-    bench_operators.main(argv)
-
-
-def _bench_solver(argv: list[str]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import bench_solver  # noqa: PLC0415
-
-    bench_solver.main(argv)
-
-
-def _bench_decode(argv: list[str]) -> None:
-    from powerbench.engine.bench_decode import main as bench_decode_main
-
-    bench_decode_main(argv)
-
-
-def _validate(argv: list[str]) -> None:
-    from powerbench.simulator.validate import main as validate_main
-
-    validate_main(argv)
-
-
-def _figure(argv: list[str]) -> None:
-    from powerbench.figures import FIGURES
-
-    if not argv or argv[0] not in FIGURES:
-        raise SystemExit(f"usage: powerbench figure NAME; NAME is one of {sorted(FIGURES)}")
-    out = FIGURES[argv[0]]()
-    print(out.table.to_string(index=False))
-    print(f"\nwrote {out.csv} and {out.png}")
-
-
-SUBCOMMANDS: dict[str, Callable[[list[str]], None]] = {
-    "ui": _ui,
-    "validate": _validate,
-    "figure": _figure,
-    "bench-operators": _bench_operators,
-    "bench-solver": _bench_solver,
-    "bench-decode": _bench_decode,
-}
-
-
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
-        SUBCOMMANDS[sys.argv[1]](sys.argv[2:])
-        return
+    args = task_overrides(sys.argv[1:] if argv is None else argv)
+    sys.argv = [sys.argv[0] if sys.argv else "powerbench", *args]
     register_configs()
-    _hydra_main()
+    _app()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The experiment pipeline: model -> data -> profile -> placement -> engine -> evaluation.
+"""The experiment pipeline: model -> data -> profile -> predictors -> placement ->
+simulator (cost model) and/or engine (measured) -> evaluation.
 
-Each stage is a small function; every stage's metrics are logged to MLflow and written
-to `<hydra output dir>/metrics.json` as soon as they exist, so a later failure loses
-nothing already measured.
+Takes the typed `PowerbenchConfig` (converted once by the entry point). Each stage is a
+small function; every stage's metrics are logged to MLflow and written to
+`<out_dir>/metrics.json` as soon as they exist, so a later failure loses nothing measured.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_method
-from omegaconf import DictConfig, OmegaConf
-
+from powerbench.build import build
+from powerbench.config import PowerbenchConfig, as_container, as_yaml
 from powerbench.paths import cache_dir
 from powerbench.tracking import Tracker
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunContext:
-    cfg: DictConfig
+    cfg: PowerbenchConfig
     cache: Path
     out_dir: Path
     tracker: Tracker
@@ -46,11 +46,6 @@ class RunContext:
     def note(self, text: str) -> None:
         log.info(text)
         self.notes.append(text)
-
-
-def build(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
-    """Call a config node's `_target_` with the node itself (typed schema) first."""
-    return get_method(node._target_)(node, *args, **kwargs)
 
 
 def timed(ctx: RunContext, stage: str, fn: Callable[[], Any]) -> Any:
@@ -90,8 +85,7 @@ def stage_profile(ctx: RunContext, loaded, split):
     if loaded.has_weights:
         from powerbench.profiling.store import load_or_profile
 
-        profile, hit = load_or_profile(loaded, split.train,
-                                       OmegaConf.to_object(ctx.cfg.profiling), split.name,
+        profile, hit = load_or_profile(loaded, split.train, ctx.cfg.profiling, split.name,
                                        ctx.cache, seed=ctx.cfg.seed)
         ctx.note(f"activation profile: measured on {profile.n_tokens} tokens "
                  f"({'cache hit' if hit else 'profiled now'})")
@@ -114,15 +108,12 @@ def stage_profile(ctx: RunContext, loaded, split):
     return profile
 
 
-def stage_placement(ctx: RunContext, loaded, profile, predictor_bytes: float | None = None):
-    from powerbench.hardware import load_hardware
-    from powerbench.solver import solve
-
-    hardware = load_hardware(ctx.cfg.hardware)
-    from powerbench.solver import write_artifacts
+def stage_placement(ctx: RunContext, loaded, profile, hardware,
+                    predictor_bytes: float | None = None):
+    from powerbench.solver import solve, write_artifacts
 
     bench = ctx.cfg.bench
-    context = ctx.cfg.solver.get("context") or bench.prompt_tokens + bench.new_tokens
+    context = ctx.cfg.solver.context or bench.prompt_tokens + bench.new_tokens
     placement = solve(ctx.cfg.solver, loaded.spec, profile, hardware,
                       weight_dtype=ctx.cfg.model.weight_dtype, context=context,
                       predictor_bytes=predictor_bytes)
@@ -169,26 +160,25 @@ def stage_eval(ctx: RunContext, loaded, split, predictors=None):
 
 # ---- driver -------------------------------------------------------------------------------
 
-def run_experiment(cfg: DictConfig, out_dir: Path) -> RunContext:
+def run_experiment(cfg: PowerbenchConfig, out_dir: Path) -> RunContext:
+    """Run the pipeline for the typed `cfg`, results under `out_dir` and in MLflow."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tracker: Tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
-                               enabled=cfg.tracking.enabled)
+    tracker: Tracker = build(cfg.tracking)
     cache = cache_dir(cfg.cache_dir)
     choices = _choices(cfg)
     run_name = "-".join(str(v) for v in choices.values() if v is not None)
     ctx = RunContext(cfg=cfg, cache=cache, out_dir=out_dir, tracker=tracker)
+    (out_dir / "config.yaml").write_text(as_yaml(cfg))
     with tracker.run(run_name, tags={f"cfg_{k}": str(v) for k, v in choices.items()}):
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        tracker.log_params(resolved)
+        tracker.log_params(as_container(cfg))
         tracker.log_artifact(out_dir / "config.yaml")
-
         run_stages(ctx)
     return ctx
 
 
 def run_stages(ctx: RunContext) -> None:
-    from powerbench.simulator.stage import is_simulated, record_infeasible, simulate_stage
+    from powerbench.hardware import load_hardware
+    from powerbench.simulator.stage import record_infeasible, simulate_stage
     from powerbench.solver import PlacementInfeasibleError
 
     cfg = ctx.cfg
@@ -196,35 +186,40 @@ def run_stages(ctx: RunContext) -> None:
     split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
     profile = timed(ctx, "profile", lambda: stage_profile(ctx, loaded, split))
     predictors = None
-    if cfg.get("predictor") is not None and loaded.has_weights:
+    if cfg.predictor is not None and loaded.has_weights:
         predictors = timed(ctx, "predictors",
                            lambda: stage_predictors(ctx, loaded, profile, split))
     predictor_bytes = ctx.metrics.get("predictor_param_bytes")
-    wants_placement = cfg.get("solver") is not None and cfg.get("hardware") is not None
-    if is_simulated(cfg.engine):
-        try:
-            placement = timed(ctx, "placement",
-                              lambda: stage_placement(ctx, loaded, profile, predictor_bytes))
-        except PlacementInfeasibleError as err:
-            record_infeasible(ctx, err)  # "does not fit" is a result; the sweep goes on
-        else:
-            timed(ctx, "engine",
-                  lambda: simulate_stage(ctx, loaded, profile, placement, predictors))
-        return
+    if cfg.simulator is not None and (cfg.solver is None or cfg.hardware is None):
+        raise ValueError("simulator=cost_model needs a placement: add hardware=<name> "
+                         "(pc_high, pc_low, a100, oneplus12, local) and solver=<name> "
+                         "(ilp, greedy, layer_offload, all_gpu, all_cpu)")
     placement = None
-    if wants_placement:
-        placement = timed(ctx, "placement",
-                          lambda: stage_placement(ctx, loaded, profile, predictor_bytes))
+    if cfg.solver is not None and cfg.hardware is not None:
+        hardware = load_hardware(cfg.hardware)
+        try:
+            placement = timed(ctx, "placement", lambda: stage_placement(
+                ctx, loaded, profile, hardware, predictor_bytes))
+        except PlacementInfeasibleError as err:
+            if cfg.simulator is None:
+                raise
+            record_infeasible(ctx, err)  # "does not fit" is a result; the sweep goes on
+        if placement is not None and cfg.simulator is not None:
+            timed(ctx, "simulator", lambda: simulate_stage(ctx, loaded, profile, placement,
+                                                           hardware, predictors))
+    if cfg.engine is None:
+        return
     if not loaded.has_weights:
         ctx.note(f"measured engine and evaluation skipped: {loaded.spec.name} is shape-only "
-                 "(no weights here); engine=simulate estimates its speed for a hardware profile")
+                 "(no weights here); simulator=cost_model estimates its speed for a hardware "
+                 "profile")
         return
     context = {"predictors": predictors, "placement": placement}
     timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split, **context))
     timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split, predictors))
 
 
-def _choices(cfg: DictConfig) -> dict[str, str | None]:
+def _choices(cfg: PowerbenchConfig) -> dict[str, str | None]:
     """The chosen option of each config group, e.g. {"model": "tiny_relu", ...}."""
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -232,4 +227,5 @@ def _choices(cfg: DictConfig) -> dict[str, str | None]:
         choices = HydraConfig.get().runtime.choices
         return {k: v for k, v in choices.items() if "/" not in k and "@" not in k}
     except ValueError:
-        return {g: (cfg.get(g) or {}).get("name") for g in ("model", "engine")}
+        return {g: getattr(getattr(cfg, g), "name", None)
+                for g in ("model", "engine", "simulator") if getattr(cfg, g) is not None}

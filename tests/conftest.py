@@ -52,3 +52,26 @@ def hydra_conf():
     with hydra_context():
         yield
 
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """`run_cli(argv)`: `powerbench <argv>` in this process, its run directory and MLflow
+    store under tmp_path (`tracking.uri` and `hydra.run.dir` added unless given)."""
+    from powerbench.cli import main
+
+    calls = []
+
+    def run(argv: list[str]) -> None:
+        args = list(argv)
+        if not any(a.startswith("tracking.uri=") or a.startswith("tracking=") for a in args):
+            args.append(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+        if not any(a.startswith("hydra.run.dir=") for a in args):
+            args.append(f"hydra.run.dir={tmp_path / f'run{len(calls)}'}")
+        if not any(a.startswith("hydra.sweep.dir=") for a in args):
+            args.append(f"hydra.sweep.dir={tmp_path / f'sweep{len(calls)}'}")
+        calls.append(args)
+        main(args)
+
+    run.store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return run

@@ -47,11 +47,13 @@ class PowerbenchConfig:
     cache_dir: str | None = None  # default: powerbench.paths.cache_dir()
     model: Any = MISSING
     dataset: Any = MISSING
-    engine: Any = MISSING
+    engine: Any = None  # measured on this machine (models with weights)
     tracking: Any = MISSING
     hardware: Any = None  # optional stages: placement runs when hardware and solver are set
     solver: Any = None
     predictor: Any = None
+    simulator: Any = None  # the cost model for `hardware` (needs solver and hardware)
+    task: Any = MISSING  # what this invocation does (conf/task; default `run`)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

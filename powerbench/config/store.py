@@ -19,7 +19,9 @@ from powerbench.config.schema import PowerbenchConfig
 GROUP_MODULES: dict[str, tuple[str, ...]] = {
     "model": ("powerbench.model.config",),
     "dataset": ("powerbench.dataset.config",),
-    "engine": ("powerbench.engine.config", "powerbench.simulator.config"),
+    "engine": ("powerbench.engine.config",),
+    "simulator": ("powerbench.simulator.config",),
+    "task": ("powerbench.tasks.config",),
     "tracking": ("powerbench.tracking.config",),
     "hardware": ("powerbench.hardware.config",),
     "solver": ("powerbench.solver.config",),

@@ -14,13 +14,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from omegaconf import DictConfig
-
 from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.errors import DatasetUnavailableError
 from powerbench.dataset.render import render_instruction
 from powerbench.dataset.split import TextSplit, make_split
-from powerbench.dataset.validate import as_dataset_config
 from powerbench.hub import hub_reachable
 
 log = logging.getLogger(__name__)
@@ -94,15 +91,13 @@ def _split(cfg: DatasetConfig, texts: Iterable[str]) -> TextSplit:
     return split
 
 
-def load_alpaca(cfg: DatasetConfig | DictConfig | dict, **_: Any) -> TextSplit:
+def load_alpaca(cfg: DatasetConfig, **_: Any) -> TextSplit:
     """tatsu-lab/alpaca: instruction (+ input) and output as a two-turn conversation."""
-    cfg = as_dataset_config(cfg)
     return _split(cfg, (render_instruction(row) for row in hub_rows(cfg)))
 
 
-def load_text_column(cfg: DatasetConfig | DictConfig | dict, **_: Any) -> TextSplit:
+def load_text_column(cfg: DatasetConfig, **_: Any) -> TextSplit:
     """One document per row: the `text_field` column (e.g. fka/awesome-chatgpt-prompts)."""
-    cfg = as_dataset_config(cfg)
     return _split(cfg, (str(row[cfg.text_field] or "") for row in hub_rows(cfg)))
 
 
@@ -121,7 +116,6 @@ def wikitext_articles(lines: Iterable[str]) -> Iterator[str]:
         yield "".join(article)
 
 
-def load_wikitext(cfg: DatasetConfig | DictConfig | dict, **_: Any) -> TextSplit:
+def load_wikitext(cfg: DatasetConfig, **_: Any) -> TextSplit:
     """WikiText (e.g. wikitext-2-raw-v1): one document per article."""
-    cfg = as_dataset_config(cfg)
     return _split(cfg, wikitext_articles(str(row[cfg.text_field]) for row in hub_rows(cfg)))

@@ -18,13 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.jsonarray import ArrayReadState, iter_json_array, read_text
 from powerbench.dataset.render import render_record
 from powerbench.dataset.split import TextSplit, make_split
-from powerbench.dataset.validate import as_dataset_config
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +63,7 @@ def local_documents(path: Path, cfg: DatasetConfig) -> Iterator[str]:
         yield render_record(record, cfg.text_field)
 
 
-def load_local(cfg: DatasetConfig | DictConfig | dict, **_: Any) -> TextSplit:
-    cfg = as_dataset_config(cfg)
+def load_local(cfg: DatasetConfig, **_: Any) -> TextSplit:
     if not cfg.path:
         raise ValueError("dataset=local needs dataset.path=<file.json|file.jsonl|file.txt>")
     path = Path(cfg.path).expanduser()

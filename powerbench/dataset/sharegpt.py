@@ -13,13 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.jsonarray import ArrayReadState, iter_json_array, read_text
 from powerbench.dataset.render import render_chat
 from powerbench.dataset.split import TextSplit, make_split
-from powerbench.dataset.validate import as_dataset_config
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +62,7 @@ def render_conversations(records: Iterator[dict[str, Any]]) -> Iterator[str]:
         yield render_chat(record.get("conversations") or [])
 
 
-def load_sharegpt(cfg: DatasetConfig | DictConfig | dict, **_: Any) -> TextSplit:
-    cfg = as_dataset_config(cfg)
+def load_sharegpt(cfg: DatasetConfig, **_: Any) -> TextSplit:
     state = ArrayReadState()
     with sharegpt_file(cfg.path) as path:
         split = make_split(

@@ -1,6 +1,6 @@
 """Decode benchmark: our decoder, dense vs sparse with each predictor, side by side.
 
-    powerbench bench-decode [--rounds 15] [--predictors fixed,adaptive,oracle] [overrides]
+    powerbench bench-decode [task.rounds=15] [task.predictors=[fixed,adaptive,oracle]] [overrides]
 
 Every engine's decoder is built once (predictors from the cache the pipeline fills, or
 trained now); then each of `rounds` rounds generates `bench.new_tokens` tokens for the same
@@ -13,26 +13,24 @@ layer call), since the FFN is only part of a decode step (Amdahl). Weights read 
 computed) give the achieved GB/s. One warm-up generation per engine comes first; it also
 records the oracle's active sets, which later generations replay (its speed bound).
 
-Writes results/decode_<device>.csv and logs one MLflow run (experiment `bench_decode`).
+The driver (powerbench.tasks.bench_decode) writes results/decode_cpu.csv and logs one
+MLflow run (experiment `bench_decode`).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from powerbench.engine.decoder import Decoder
-from powerbench.engine.timing import StepClock, torch_threads
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+from powerbench.engine.timing import StepClock
+from powerbench.threads import torch_threads
 
 
 @dataclass
@@ -185,73 +183,3 @@ def format_table(rows: Sequence[DecodeRow]) -> str:
                      f"{r.ffn_speedup_vs_dense:5.2f}x {r.computed_fraction:8.3f} "
                      f"{r.weight_mb_per_token:7.3f} {r.achieved_gbps:6.2f}")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import os
-
-    import pandas as pd
-    from omegaconf import OmegaConf
-
-    from powerbench.config import compose_config
-    from powerbench.dataset import load_texts
-    from powerbench.engine import build_prompt_batch
-    from powerbench.paths import cache_dir
-    from powerbench.pipeline import build
-    from powerbench.predictor import prepare_predictors
-    from powerbench.profiling.store import load_or_profile
-    from powerbench.tracking import Tracker
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--predictors", default="fixed,adaptive,oracle")
-    parser.add_argument("--backend", default="sparse_cpu")
-    parser.add_argument("--unfused", default="adaptive",
-                        help="also time this strategy unfused (predictor in torch, then the "
-                             "operator); '' to skip")
-    parser.add_argument("--out", default=None, help="CSV path (default results/decode_cpu.csv)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. bench.new_tokens=64")
-    args = parser.parse_args(argv)
-    strategies = [s for s in args.predictors.split(",") if s]
-    cfg = compose_config(["tracking.experiment=bench_decode", *args.overrides])
-    cache = cache_dir(cfg.cache_dir)
-    loaded = build(cfg.model, cache_dir=cache)
-    split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, OmegaConf.to_object(cfg.profiling),
-                                 split.name, cache)
-    sets, pbytes = {}, {}
-    for name in sorted(set(strategies) | ({args.unfused} if args.unfused else set())):
-        node = compose_config([f"predictor={name}", *args.overrides]).predictor
-        sets[name], metrics, _ = prepare_predictors(
-            node, loaded, profile, cache, cache / "bench_decode",
-            calibration_texts=split.train, seq_len=cfg.eval.seq_len)
-        pbytes[name] = int(metrics.get("predictor_param_bytes", 0))
-    if args.unfused:
-        pbytes[f"{args.unfused} unfused"] = pbytes[args.unfused]
-    engines = build_engines(loaded, strategies, sets, args.backend, args.unfused or None)
-    bench = cfg.bench
-    ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,
-                             bench.batch_size)
-    rows = run_decode_bench(ids, engines, pbytes, args.rounds, bench.new_tokens,
-                            bench.threads)
-    print(f"\n{loaded.spec.name}, batch {bench.batch_size}, prompt {bench.prompt_tokens}, "
-          f"{bench.new_tokens} new tokens, {rows[0].threads} thread(s), {args.rounds} rounds, "
-          f"load average {os.getloadavg()[0]:.2f} (measured on this machine's CPU)\n")
-    print(format_table(rows))
-    table = pd.DataFrame([asdict(r) for r in rows])
-    out = Path(args.out) if args.out else RESULTS / "decode_cpu.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False)
-    print(f"\n-> {out}")
-    tracker = Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
-                      enabled=cfg.tracking.enabled)
-    with tracker.run(f"bench-decode-{loaded.spec.name}", tags={"measured": "true"}):
-        tracker.log_params({"model": loaded.spec.name, "bench": OmegaConf.to_container(bench),
-                            "rounds": args.rounds, "backend": args.backend})
-        for r in rows:
-            key = r.predictor.replace(" ", "_")
-            tracker.log_metrics({f"{key}_decode_tokens_per_s": r.decode_tokens_per_s,
-                                 f"{key}_speedup_vs_dense": r.speedup_vs_dense,
-                                 f"{key}_ffn_us_per_call": r.ffn_us_per_call})
-        tracker.log_artifact(out)
-    return 0

@@ -9,12 +9,12 @@ before every generation (warm-up and timed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from powerbench.build import instantiate
 from powerbench.engine.base import (
     EngineResult,
     SamplingParams,
@@ -24,9 +24,9 @@ from powerbench.engine.base import (
     model_dtype,
     torch_dtype,
 )
+from powerbench.engine.config import DecoderEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.ffn import FFNObserver
-from powerbench.engine.targets import instantiate
 from powerbench.engine.timing import RunTiming, StepClock, measure
 from powerbench.engine.weights import extract_weights
 
@@ -34,19 +34,17 @@ if TYPE_CHECKING:
     from powerbench.config.schema import BenchConfig
     from powerbench.model.loading import LoadedModel
 
-DENSE_FFN = {"_target_": "powerbench.engine.ffn.DenseFFN"}
-
-
 class DecoderEngine:
-    def __init__(self, name: str = "dense", ffn: Mapping[str, Any] | None = None,
-                 dtype: str | None = None, device: str | None = None,
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 seed: int = 0) -> None:
-        self.name = name
-        self.ffn_cfg = dict(ffn) if ffn is not None else dict(DENSE_FFN)
-        self.dtype = dtype
-        self.device = device
-        self.sampling = SamplingParams(temperature, top_k, top_p, seed)
+    """Built from its typed config (`DecoderEngineConfig`; default: dense, model's dtype)."""
+
+    def __init__(self, cfg: DecoderEngineConfig | None = None) -> None:
+        cfg = cfg if cfg is not None else DecoderEngineConfig()
+        self.cfg = cfg
+        self.name = cfg.name
+        self.ffn_cfg = dict(cfg.ffn)
+        self.dtype = cfg.dtype
+        self.device = cfg.device
+        self.sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
 
     def build_decoder(self, loaded: LoadedModel, observer: FFNObserver | None = None,
                       **context: Any) -> Decoder:

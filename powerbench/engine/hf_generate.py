@@ -26,6 +26,7 @@ from powerbench.engine.base import (
     model_dtype,
     torch_dtype,
 )
+from powerbench.engine.config import HFGenerateConfig
 from powerbench.engine.timing import RunTiming, StepClock, measure
 
 if TYPE_CHECKING:
@@ -45,13 +46,12 @@ def _stamp_processor(clock: StepClock) -> Any:
 
 
 class HFGenerateEngine:
-    def __init__(self, name: str = "hf_generate", dtype: str | None = None,
-                 device: str | None = None, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int = 0) -> None:
-        self.name = name
-        self.dtype = dtype
-        self.device = device
-        self.sampling = SamplingParams(temperature, top_k, top_p, seed)
+    def __init__(self, cfg: HFGenerateConfig | None = None) -> None:
+        cfg = cfg if cfg is not None else HFGenerateConfig()
+        self.name = cfg.name
+        self.dtype = cfg.dtype
+        self.device = cfg.device
+        self.sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
 
     def _model(self, loaded: LoadedModel) -> Any:
         model = loaded.model

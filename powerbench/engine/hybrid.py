@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from powerbench.engine.config import DecoderEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
@@ -280,10 +281,10 @@ def opw_dtype(name: str | None, default: torch.dtype) -> torch.dtype:
 class HybridEngine(DecoderEngine):
     """Our decoder loop on the GPU (attention, KV cache, residual stream) with `HybridFFN`."""
 
-    def __init__(self, name: str = "hybrid", ffn: Any = None, dtype: str | None = "fp16",
-                 device: str | None = "cuda", **kwargs: Any) -> None:
-        ffn = dict(ffn) if ffn is not None else {"_target_": f"{__name__}.HybridFFN"}
-        super().__init__(name=name, ffn=ffn, dtype=dtype, device=device, **kwargs)
+    def __init__(self, cfg: DecoderEngineConfig | None = None) -> None:
+        super().__init__(cfg if cfg is not None else DecoderEngineConfig(
+            _target_=f"{__name__}.HybridEngine", name="hybrid", dtype="fp16", device="cuda",
+            ffn={"_target_": f"{__name__}.HybridFFN"}))
 
     def build_decoder(self, loaded: LoadedModel, observer: FFNObserver | None = None,
                       **context: Any) -> Decoder:

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from powerbench.build import build
 from powerbench.engine.base import EngineResult
+from powerbench.engine.config import EngineConfig
 from powerbench.engine.prompts import build_prompt_batch
-from powerbench.engine.targets import instantiate
-from powerbench.engine.timing import torch_threads
+from powerbench.threads import torch_threads
 
 if TYPE_CHECKING:
     from powerbench.config.schema import BenchConfig
@@ -21,16 +22,16 @@ if TYPE_CHECKING:
     from powerbench.model.loading import LoadedModel
 
 
-def build_engine(engine_cfg: Any) -> Engine:
-    """Instantiate the engine config's `_target_` with the node's other keys."""
-    return instantiate(engine_cfg)
+def build_engine(engine_cfg: EngineConfig) -> Engine:
+    """The engine named by the typed config's `_target_`, built from the config."""
+    return build(engine_cfg)
 
 
-def run_engine(engine_cfg: Any, loaded_model: LoadedModel, prompts: list[str],
+def run_engine(engine_cfg: EngineConfig, loaded_model: LoadedModel, prompts: list[str],
                bench: BenchConfig, **context: Any) -> EngineResult:
     """Measure one engine on `bench.batch_size` rows of exactly `bench.prompt_tokens` tokens.
 
-    `engine_cfg`: a conf/engine node (DictConfig, dict or dataclass) with `_target_`.
+    `engine_cfg`: a typed conf/engine config (its `_target_` is the engine class).
     `context`: extra keyword arguments for the engine's `run` (and, for DecoderEngine,
     offered to its FFN: e.g. predictors=, placement=, observer=).
     """

@@ -12,10 +12,9 @@ Definitions (shared by every engine so their numbers compare):
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -112,15 +111,3 @@ def measure(run_once: Callable[[], tuple[RunTiming, T]], warmup: int,
         timing, out = run_once()
         runs.append(timing)
     return runs, out
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[int]:
-    """`torch.set_num_threads(threads)` inside the block when threads > 0; yields the count."""
-    previous = torch.get_num_threads()
-    if threads > 0:
-        torch.set_num_threads(threads)
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(previous)

@@ -41,8 +41,8 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per simulated run: keys, system and the metrics above (latest re-run)."""
     if runs.empty:
         return pd.DataFrame(columns=KEYS + ["system", "fits", *METRICS])
-    engine = column(runs, "params.engine.name")
-    runs = runs[engine == "simulate"]
+    simulator = column(runs, "params.simulator.name")
+    runs = runs[simulator == "cost_model"]
     frame = pd.DataFrame({
         "hardware": column(runs, "params.hardware.name"),
         "model": column(runs, "params.model.name"),
@@ -51,7 +51,7 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
         "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
         "system": [system_label(s, m) for s, m in zip(column(runs, "params.solver.name"),
-                                                       column(runs, "params.engine.mode"),
+                                                       column(runs, "params.simulator.mode"),
                                                        strict=True)],
         "fits": pd.to_numeric(column(runs, "metrics.sim_feasible", 1.0)).fillna(1.0) > 0,
         "start_time": runs["start_time"],

@@ -8,7 +8,7 @@ from powerbench.hardware.hardware_profile import (
     Link,
     MemoryTier,
 )
-from powerbench.hardware.load import hardware_config, load_hardware
+from powerbench.hardware.load import load_hardware
 
 __all__ = [
     "GB",
@@ -16,7 +16,6 @@ __all__ = [
     "CoreCluster",
     "HardwareProfile",
     "Link",
-    "hardware_config",
     "MemoryTier",
     "load_hardware",
 ]

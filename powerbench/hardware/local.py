@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from powerbench.cache import ArtifactCache, stable_hash
 from powerbench.hardware import microbench as mb
 from powerbench.hardware.config import LocalHardwareConfig
@@ -30,17 +28,9 @@ from powerbench.hardware.hardware_profile import (
     Link,
     MemoryTier,
 )
-from powerbench.hardware.load import plain_node
 from powerbench.paths import cache_dir
 
 log = logging.getLogger(__name__)
-
-
-def as_local_config(cfg: LocalHardwareConfig | DictConfig | dict | None) -> LocalHardwareConfig:
-    if isinstance(cfg, LocalHardwareConfig):
-        return cfg
-    merged = OmegaConf.merge(OmegaConf.structured(LocalHardwareConfig), plain_node(cfg or {}))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
 # ---- facts about this machine -------------------------------------------------------------
@@ -105,9 +95,9 @@ def _thread_counts(cfg: LocalHardwareConfig, ncpu: int) -> list[int]:
 
 
 # ---- measurement --------------------------------------------------------------------------
-def measure_local(cfg: LocalHardwareConfig | DictConfig | dict | None = None) -> HardwareProfile:
+def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
     """Run the microbenchmarks now (no cache)."""
-    c = as_local_config(cfg)
+    c = cfg if cfg is not None else LocalHardwareConfig()
     t0 = time.perf_counter()
     facts = machine_facts()
     ncpu = facts["usable_cpus"]
@@ -168,10 +158,10 @@ def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
     return ArtifactCache(cache_dir() / "hardware", suffix=".json"), "local"
 
 
-def load_local(cfg: LocalHardwareConfig | DictConfig | dict | None = None,
+def load_local(cfg: LocalHardwareConfig | None = None,
                **_: Any) -> HardwareProfile:
     """The `_target_` of conf/hardware/local.yaml: cached profile or a fresh measurement."""
-    c = as_local_config(cfg)
+    c = cfg if cfg is not None else LocalHardwareConfig()
     cache, key = _cache(c)
     current = fingerprint()
     if not c.remeasure and cache.valid(key):

@@ -8,20 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(int(n), 1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+from powerbench.threads import torch_threads
 
 
 def best_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:

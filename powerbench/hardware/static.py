@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from powerbench.hardware.config import (
     ComputeUnitConfig,
     MemoryTierConfig,
@@ -19,17 +17,8 @@ from powerbench.hardware.hardware_profile import (
     Link,
     MemoryTier,
 )
-from powerbench.hardware.load import plain_node
 
 TERA = 1e12
-
-
-def as_static_config(cfg: StaticHardwareConfig | DictConfig | dict) -> StaticHardwareConfig:
-    """Validate against the schema (unknown keys and wrong types fail here)."""
-    if isinstance(cfg, StaticHardwareConfig):
-        return cfg
-    merged = OmegaConf.merge(OmegaConf.structured(StaticHardwareConfig), plain_node(cfg))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
 def _gb(value: float | None) -> float | None:
@@ -82,21 +71,20 @@ def _unit(name: str, c: ComputeUnitConfig) -> ComputeUnit:
     )
 
 
-def from_config(cfg: StaticHardwareConfig | DictConfig | dict, **_: Any) -> HardwareProfile:
+def from_config(cfg: StaticHardwareConfig, **_: Any) -> HardwareProfile:
     """HardwareProfile from a static yaml profile (the `_target_` of conf/hardware/*)."""
-    c = as_static_config(cfg)
-    if not c.memories or not c.units:
-        raise ValueError(f"hardware {c.name!r}: needs `memories` and `units`")
+    if not cfg.memories or not cfg.units:
+        raise ValueError(f"hardware {cfg.name!r}: needs `memories` and `units`")
     link = None
-    if c.link is not None:
-        link = Link(kind=c.link.kind, h2d_peak_bw=_gb(c.link.h2d_peak_gb_s),
-                    h2d_effective_bw=c.link.h2d_effective_gb_s * GB,
-                    d2h_peak_bw=_gb(c.link.d2h_peak_gb_s),
-                    d2h_effective_bw=c.link.d2h_effective_gb_s * GB)
+    if cfg.link is not None:
+        link = Link(kind=cfg.link.kind, h2d_peak_bw=_gb(cfg.link.h2d_peak_gb_s),
+                    h2d_effective_bw=cfg.link.h2d_effective_gb_s * GB,
+                    d2h_peak_bw=_gb(cfg.link.d2h_peak_gb_s),
+                    d2h_effective_bw=cfg.link.d2h_effective_gb_s * GB)
     return HardwareProfile(
-        name=c.name, description=c.description,
-        memories={k: _tier(k, v) for k, v in c.memories.items()},
-        units={k: _unit(k, v) for k, v in c.units.items()},
-        host=c.host, accelerator=c.accelerator, link=link,
-        sync_s=c.sync_us * 1e-6, launch_s=c.launch_us * 1e-6, source="static",
+        name=cfg.name, description=cfg.description,
+        memories={k: _tier(k, v) for k, v in cfg.memories.items()},
+        units={k: _unit(k, v) for k, v in cfg.units.items()},
+        host=cfg.host, accelerator=cfg.accelerator, link=link,
+        sync_s=cfg.sync_us * 1e-6, launch_s=cfg.launch_us * 1e-6, source="static",
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from omegaconf import MISSING
 
+from powerbench.enums import coerce_enums
 from powerbench.model.spec import FFNKind, WeightDType
 
 
@@ -23,6 +24,9 @@ class SpecConfig:
     experts_per_token: int = 1
     parallel_attn: bool = False
     tied_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
 @dataclass
@@ -88,6 +92,9 @@ class ModelConfig:
     spec: SpecConfig | None = None  # shapes (shape-only models; real ones read their config)
     stats: StatsConfig | None = None  # published sparsity statistics (synthetic profiles)
     tiny: TinyTrainConfig | None = None
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
 SCHEMAS = {"shape": ModelConfig, "hub": ModelConfig, "tiny_relu": ModelConfig}

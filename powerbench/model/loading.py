@@ -8,13 +8,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from powerbench.hub import hub_reachable
 from powerbench.model.config import ModelConfig
@@ -40,26 +39,19 @@ class LoadedModel:
         return self.model is not None
 
 
-def as_model_config(cfg: ModelConfig | DictConfig | dict) -> ModelConfig:
-    if isinstance(cfg, ModelConfig):
-        return cfg
-    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+def stats_from_config(cfg: ModelConfig) -> SparsityStats | None:
+    return None if cfg.stats is None else SparsityStats(**dataclasses.asdict(cfg.stats))
 
 
-def spec_from_config(cfg: ModelConfig | DictConfig | dict) -> ModelSpec:
+def spec_from_config(cfg: ModelConfig) -> ModelSpec:
     """ModelSpec from a model config's `spec`/`stats` sections (no weights touched)."""
-    cfg = as_model_config(cfg)
     if cfg.spec is None:
         raise ValueError(f"model {cfg.name!r} has no `spec` section; load its weights instead")
-    shape = OmegaConf.to_container(OmegaConf.structured(cfg.spec), resolve=True)
-    stats = None
-    if cfg.stats is not None:
-        stats = SparsityStats(**OmegaConf.to_container(OmegaConf.structured(cfg.stats)))
-    return ModelSpec(name=cfg.name, stats=stats, hf_id=cfg.hf_id, **shape)
+    return ModelSpec(name=cfg.name, stats=stats_from_config(cfg), hf_id=cfg.hf_id,
+                     **dataclasses.asdict(cfg.spec))
 
 
-def load_shape_model(cfg: ModelConfig | DictConfig | dict, **_: Any) -> LoadedModel:
+def load_shape_model(cfg: ModelConfig, **_: Any) -> LoadedModel:
     return LoadedModel(spec=spec_from_config(cfg), source="shape")
 
 
@@ -119,11 +111,10 @@ def _offline_message(hf_id: str) -> str:
     )
 
 
-def load_hub_model(cfg: ModelConfig | DictConfig | dict, **_: Any) -> LoadedModel:
+def load_hub_model(cfg: ModelConfig, **_: Any) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = as_model_config(cfg)
     if not cfg.hf_id:
         raise ValueError(f"model {cfg.name!r}: hf_id is empty")
     local = Path(cfg.hf_id).expanduser()
@@ -150,10 +141,8 @@ def load_hub_model(cfg: ModelConfig | DictConfig | dict, **_: Any) -> LoadedMode
             raise ModelUnavailableError(_offline_message(cfg.hf_id)) from err
         raise
     model.eval()
-    stats = spec_from_config(cfg).stats if cfg.spec is not None else None
-    if stats is None and cfg.stats is not None:
-        stats = SparsityStats(**OmegaConf.to_container(OmegaConf.structured(cfg.stats)))
-    spec = spec_from_hf_config(cfg.name, model.config, stats=stats, hf_id=cfg.hf_id)
+    spec = spec_from_hf_config(cfg.name, model.config, stats=stats_from_config(cfg),
+                               hf_id=cfg.hf_id)
     revision = getattr(model.config, "_commit_hash", None) or cfg.revision or "local"
     return LoadedModel(
         spec=spec, model=model, tokenizer=tokenizer,

@@ -30,7 +30,6 @@ from typing import Any
 import tokenizers
 import torch
 import transformers
-from omegaconf import DictConfig
 from transformers import OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast
 
 from powerbench.cache import ArtifactCache, stable_hash
@@ -39,7 +38,7 @@ from powerbench.dataset.sharegpt import file_fingerprint, load_sharegpt, sharegp
 from powerbench.dataset.split import TextSplit
 from powerbench.model import tokenizer as bpe
 from powerbench.model.config import ModelConfig, TinyTrainConfig
-from powerbench.model.loading import LoadedModel, as_model_config, spec_from_hf_config
+from powerbench.model.loading import LoadedModel, spec_from_hf_config
 from powerbench.model.train import (
     TrainReport,
     deterministic_cpu,
@@ -72,12 +71,10 @@ class TinyLoadedModel(LoadedModel):
 
 # ---- identity ------------------------------------------------------------------------------
 
-def tiny_config(cfg: ModelConfig | DictConfig | dict | TinyTrainConfig | None) -> TinyTrainConfig:
+def tiny_config(cfg: ModelConfig | TinyTrainConfig | None) -> TinyTrainConfig:
     if isinstance(cfg, TinyTrainConfig):
         return cfg
-    if cfg is None:
-        return TinyTrainConfig()
-    return as_model_config(cfg).tiny or TinyTrainConfig()
+    return (cfg.tiny if cfg is not None else None) or TinyTrainConfig()
 
 
 def data_identity(tiny: TinyTrainConfig) -> str:
@@ -277,11 +274,11 @@ def ensure_tiny_relu(tiny: TinyTrainConfig, cache_dir: str | os.PathLike | None 
     return directory, False
 
 
-def load_tiny_relu(cfg: ModelConfig | DictConfig | dict, cache_dir: str | os.PathLike | None = None,
+def load_tiny_relu(cfg: ModelConfig, cache_dir: str | os.PathLike | None = None,
                    progress: bool = True, **_: Any) -> TinyLoadedModel:
     """The trained tiny_relu model (cached; trained on first use)."""
-    mcfg = as_model_config(cfg)
-    tiny = mcfg.tiny or TinyTrainConfig()
+    mcfg = cfg
+    tiny = tiny_config(cfg)
     directory, hit = ensure_tiny_relu(tiny, cache_dir, progress)
     try:
         model, tokenizer, report = _load_checkpoint(directory)
@@ -302,7 +299,7 @@ def load_tiny_relu(cfg: ModelConfig | DictConfig | dict, cache_dir: str | os.Pat
                            report=report.metrics(), train_report=report, directory=directory)
 
 
-def tiny_relu_report(cfg: ModelConfig | DictConfig | dict | TinyTrainConfig | None = None,
+def tiny_relu_report(cfg: ModelConfig | TinyTrainConfig | None = None,
                      cache_dir: str | os.PathLike | None = None) -> TrainReport | None:
     """How the cached tiny_relu for `cfg` was trained; None if it is not cached (no training)."""
     directory = model_dir(cache_key(tiny_config(cfg)), cache_dir)

@@ -14,17 +14,16 @@ whose activation is exactly zero, so with random data they would read fewer rows
 byte count assumes; here they read exactly the rows counted. Active ids are sorted, as a
 predictor's ``nonzero`` returns them. Timed calls use ``check=False`` (the decode path).
 
-Run: ``python experiments/bench_operators.py [--quick]`` or ``powerbench.ops.bench.main``.
+Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_operators), or
+``python experiments/bench_operators.py [--quick]`` where only torch is installed (a lent GPU).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,8 +32,6 @@ from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_ba
 from powerbench.ops.bench_report import (
     ResultRow,
     format_row,
-    format_table,
-    log_to_mlflow,
     plot_speedup,
     write_csv,
 )
@@ -240,75 +237,22 @@ def load_average() -> str:
         return "n/a"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_operators", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="4096x16384 fp32 batch 1, 4 sparsities (under a minute)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--shapes", nargs="+", help="d_model x d_ffn, e.g. 4096x16384")
-    p.add_argument("--dtypes", nargs="+", choices=tuple(DTYPES))
-    p.add_argument("--batches", nargs="+", type=int)
-    p.add_argument("--sparsities", nargs="+", type=float)
-    p.add_argument("--ops", nargs="+", choices=OPS)
-    p.add_argument("--backends", nargs="+")
-    p.add_argument("--warmup", type=int, help="untimed calls before each measurement")
-    p.add_argument("--reps", type=int, help="minimum timed calls per measurement")
-    p.add_argument("--min-time", type=float, help="minimum timed seconds per measurement")
-    p.add_argument("--flush-mb", type=int, help="cache-flush buffer before each call (0: off)")
-    p.add_argument("--bandwidth-mb", type=int, help="buffer for the bandwidth probe")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads before running")
-    p.add_argument("--out-dir", type=Path, default=None, help="default: <repo>/results")
-    p.add_argument("--tag", default=None, help="file suffix (default: '_quick' with --quick)")
-    p.add_argument("--no-mlflow", action="store_true")
-    p.add_argument("--no-plot", action="store_true")
-    return p
+def write_outputs(rows: Sequence[ResultRow], out_dir: Path, device: str, tag: str,
+                  plot: bool = True) -> list[Path]:
+    """results/operators_<device><tag>.csv (and .png)."""
+    outputs = [write_csv(rows, out_dir / f"operators_{device}{tag}.csv")]
+    if plot:
+        outputs.append(plot_speedup(rows, out_dir / f"operators_{device}{tag}.png"))
+    return outputs
 
 
-def config_from_args(args: argparse.Namespace) -> OperatorBenchConfig:
-    cfg = QUICK if args.quick else OperatorBenchConfig()
-    cfg = replace(cfg, device=args.device)
-    overrides = {
-        "shapes": args.shapes, "dtypes": args.dtypes, "batches": args.batches,
-        "sparsities": args.sparsities, "ops": args.ops, "backends": args.backends,
-    }
-    cfg = replace(cfg, **{k: tuple(v) for k, v in overrides.items() if v})
-    timing = {"warmup": args.warmup, "reps": args.reps, "min_time_s": args.min_time,
-              "flush_mb": args.flush_mb}
-    timing = {k: v for k, v in timing.items() if v is not None}
-    cfg = replace(cfg, timing=replace(cfg.timing, **timing))
-    if args.bandwidth_mb:
-        cfg = replace(cfg, bandwidth_mb=args.bandwidth_mb)
-    return cfg
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = config_from_args(args)
-    from powerbench.ops.build import repo_root
-
-    out_dir = args.out_dir or repo_root() / "results"
-    tag = args.tag if args.tag is not None else ("_quick" if args.quick else "")
-    started = time.perf_counter()
-    load_before = load_average()
-    rows, bandwidth = run_benchmark(cfg, log=lambda line: print(line, flush=True))
-    elapsed = time.perf_counter() - started
-    print(format_table(rows))
-    csv_path = write_csv(rows, out_dir / f"operators_{cfg.device}{tag}.csv")
-    outputs = [csv_path]
-    if not args.no_plot:
-        outputs.append(plot_speedup(rows, out_dir / f"operators_{cfg.device}{tag}.png"))
-    print(f"# {len(rows)} rows in {elapsed:.0f} s; load before {load_before}, "
-          f"after {load_average()}; wrote {', '.join(str(p) for p in outputs)}")
-    if not args.no_mlflow:
-        meta = {"device": cfg.device, "quick": args.quick, "threads": torch.get_num_threads(),
-                "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
-                "load_before": load_before, "load_after": load_average(),
-                "torch": torch.__version__, "elapsed_s": round(elapsed, 1),
-                "shapes": ",".join(cfg.shapes), "dtypes": ",".join(cfg.dtypes),
-                "batches": ",".join(map(str, cfg.batches)),
-                "sparsities": ",".join(map(str, cfg.sparsities))}
-        run_id = log_to_mlflow(rows, meta, outputs)
-        print(f"# logged to MLflow experiment 'operators', run {run_id}")
-    return 0
+def run_params(cfg: OperatorBenchConfig, bandwidth: Bandwidth, quick: bool, elapsed: float,
+               load_before: str) -> dict[str, object]:
+    """What a run logs beside its rows (MLflow params)."""
+    return {"device": cfg.device, "quick": quick, "threads": torch.get_num_threads(),
+            "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
+            "load_before": load_before, "load_after": load_average(),
+            "torch": torch.__version__, "elapsed_s": round(elapsed, 1),
+            "shapes": ",".join(cfg.shapes), "dtypes": ",".join(cfg.dtypes),
+            "batches": ",".join(map(str, cfg.batches)),
+            "sparsities": ",".join(map(str, cfg.sparsities))}

@@ -7,11 +7,9 @@ package stays importable with torch alone.
 from __future__ import annotations
 
 import csv
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -149,40 +147,3 @@ def metrics_of(rows: Sequence[ResultRow]) -> dict[str, float]:
     if rows:
         out["bandwidth_gbps"] = rows[0].bandwidth_gbps
     return out
-
-
-def tracking_uri() -> str:
-    from powerbench.ops.build import cache_root
-
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{cache_root() / 'mlflow.db'}"
-
-
-def log_to_mlflow(rows: Sequence[ResultRow], params: Mapping[str, Any],
-                  artifacts: Sequence[Path], experiment: str = "operators") -> str:
-    """One run in experiment ``operators``: params, a metric per measurement, CSV + PNG."""
-    device = params.get("device", "cpu")
-    name = f"operators_{device}{'_quick' if params.get('quick') else ''}"
-    try:
-        from powerbench.tracking import Tracker
-    except ImportError:  # the shared tracking module is optional here
-        Tracker = None  # noqa: N806
-
-    if Tracker is not None:
-        tracker = Tracker(uri=tracking_uri(), experiment=experiment)
-        with tracker.run(name) as run:
-            run.log_params(params)
-            run.log_metrics(metrics_of(rows))
-            for path in artifacts:
-                run.log_artifact(path)
-            return str(run.run_id)
-
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=name) as active:
-        mlflow.log_params(dict(params))
-        mlflow.log_metrics(metrics_of(rows))
-        for path in artifacts:
-            mlflow.log_artifact(str(path))
-        return active.info.run_id

@@ -8,16 +8,16 @@ hash(model weights, profile samples, strategy config, perplexity evaluator, code
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import time
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from powerbench.build import build
 from powerbench.cache import ArtifactCache, stable_hash
 from powerbench.predictor.predictor_set import ActivePredictor, PredictorSet
 from powerbench.predictor.stats import write_stats_csv
@@ -30,14 +30,8 @@ CODE_VERSION = "predictors-1"
 
 
 def make_strategy(cfg: Any) -> Any:
-    """The strategy object named by `cfg._target_`, built from `cfg`."""
-    target = cfg["_target_"] if not is_dataclass(cfg) else cfg._target_
-    module_name, _, attr = str(target).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"predictor _target_ {target!r} cannot be located: {err}") from err
-    return cls(cfg)
+    """The sizing strategy named by `cfg._target_`, built from the typed `cfg`."""
+    return build(cfg)
 
 
 def model_identity(loaded) -> str:
@@ -68,14 +62,6 @@ def profile_identity(profile: ActivationProfile) -> str:
     return h.hexdigest()[:16]
 
 
-def _config_dict(cfg: Any) -> dict:
-    if is_dataclass(cfg):
-        return asdict(cfg)
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
 def predictor_cache_key(loaded, profile: ActivationProfile, strategy: Any,
                         evaluate_ppl: PplFn | None) -> str | None:
     """None when the build cannot be identified (a perplexity callback without cache_key)."""
@@ -85,7 +71,7 @@ def predictor_cache_key(loaded, profile: ActivationProfile, strategy: Any,
         if ppl_key is None:
             return None
     return stable_hash(CODE_VERSION, model_identity(loaded), profile_identity(profile),
-                       _config_dict(strategy.cfg), ppl_key)
+                       asdict(strategy.cfg), ppl_key)
 
 
 def build_predictors(cfg: Any, loaded, profile: ActivationProfile, cache_dir: Path | str,
@@ -99,15 +85,15 @@ def build_predictors(cfg: Any, loaded, profile: ActivationProfile, cache_dir: Pa
     if not strategy.cacheable:
         return strategy.build(loaded, profile, evaluate_ppl)
     key = predictor_cache_key(loaded, profile, strategy, evaluate_ppl)
-    build = lambda: strategy.build(loaded, profile, evaluate_ppl)  # noqa: E731
+    make = lambda: strategy.build(loaded, profile, evaluate_ppl)  # noqa: E731
     if key is None:
         log.info("perplexity callback has no cache_key: predictors are built, not cached")
-        result, hit = build(), False
+        result, hit = make(), False
     else:
         cache = ArtifactCache(Path(cache_dir) / "predictors", suffix=".pt")
         start = time.perf_counter()
         result, hit = cache.get_or_build(
-            key, build, save=lambda value, path: value.save(path),
+            key, make, save=lambda value, path: value.save(path),
             load=lambda path: PredictorSet.load(path, expect=loaded.spec),
             meta={"model": loaded.spec.name, "strategy": strategy.cfg.name},
         )

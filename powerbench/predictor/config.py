@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from powerbench.enums import coerce_enums
 from powerbench.model.spec import WeightDType
 
 
@@ -47,6 +48,9 @@ class TrainConfig:
     seed: int = 0
     threads: int = 1  # torch threads while training (small matmuls: more threads only contend)
 
+    def __post_init__(self) -> None:
+        coerce_enums(self)
+
 
 @dataclass
 class FixedConfig:
@@ -64,6 +68,9 @@ class FixedConfig:
     max_threshold: float | None = 0.0
     weight_dtype: WeightDType = WeightDType("fp16")  # storage dtype for predictor_param_bytes
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
 @dataclass
@@ -107,6 +114,9 @@ class AdaptiveConfig:
     max_param_share: float = 0.10  # shrink towards it; warn and flag in info if still over
     minimise_cost: bool = True
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
 @dataclass

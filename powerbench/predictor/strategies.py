@@ -12,9 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
-
-from omegaconf import OmegaConf
 
 from powerbench.predictor.config import AdaptiveConfig, FixedConfig, NoneConfig, OracleConfig
 from powerbench.predictor.fitting import LayerFit, LayerFitter
@@ -32,22 +29,14 @@ log = logging.getLogger(__name__)
 PplFn = Callable[[ActivePredictor | None], float]
 
 
-def as_config(cfg: Any, schema: type) -> Any:
-    """A config node (dataclass instance, DictConfig or dict) as a `schema` instance."""
-    if isinstance(cfg, schema):
-        return cfg
-    merged = OmegaConf.merge(OmegaConf.structured(schema), cfg)
-    return OmegaConf.to_object(merged)
-
-
 class FixedSizing:
     """One rank for every layer; thresholds tuned per layer for the target recall."""
 
     cacheable = True
     uses_ppl = False
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg: FixedConfig = as_config(cfg, FixedConfig)
+    def __init__(self, cfg: FixedConfig) -> None:
+        self.cfg = cfg
 
     def build(self, loaded, profile: ActivationProfile,
               evaluate_ppl: PplFn | None = None) -> PredictorSet:
@@ -69,8 +58,8 @@ class AdaptiveSizing:
     cacheable = True
     uses_ppl = True
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg: AdaptiveConfig = as_config(cfg, AdaptiveConfig)
+    def __init__(self, cfg: AdaptiveConfig) -> None:
+        self.cfg = cfg
 
     def _meets(self, fit: LayerFit) -> bool:
         """Target recall reached (on validation) within the predicted-active budget."""
@@ -185,8 +174,8 @@ class OracleSizing:
     cacheable = False
     uses_ppl = False
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg: OracleConfig = as_config(cfg, OracleConfig)
+    def __init__(self, cfg: OracleConfig) -> None:
+        self.cfg = cfg
 
     def build(self, loaded, profile: ActivationProfile,
               evaluate_ppl: PplFn | None = None) -> OraclePredictorSet:
@@ -202,8 +191,8 @@ class DenseSizing:
     cacheable = False
     uses_ppl = False
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg: NoneConfig = as_config(cfg, NoneConfig)
+    def __init__(self, cfg: NoneConfig) -> None:
+        self.cfg = cfg
 
     def build(self, loaded, profile: ActivationProfile,
               evaluate_ppl: PplFn | None = None) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +13,7 @@ from torch import Tensor
 from powerbench.predictor.config import TrainConfig
 from powerbench.predictor.losses import make_loss
 from powerbench.predictor.model import LayerPredictor
+from powerbench.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -82,18 +81,6 @@ class TrainedLayer:
 @torch.no_grad()
 def _logits(model: LayerPredictor, x: Tensor, batch: int = 4096) -> Tensor:
     return torch.cat([model(x[i:i + batch]) for i in range(0, x.shape[0], batch)])
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with `n` intra-op threads (0: leave as is), restoring the previous count."""
-    previous = torch.get_num_threads()
-    if n > 0:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def train_layer(data: LayerData, rank: int, cfg: TrainConfig, seed: int) -> TrainedLayer:

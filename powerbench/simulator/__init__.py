@@ -1,14 +1,13 @@
 """Cost-model simulator: simulated tokens/s, time breakdown and neuron-load split for any
 hardware profile, from the same activation data, predictors and placement the real
-engines use (design section 1, `engine=simulate`)."""
+engines use (design section 1, `simulator=cost_model`)."""
 
 from powerbench.simulator.config import (
     ComputeMode,
     OpCounts,
     PrefillConfig,
     PrefillMode,
-    SimulateConfig,
-    as_sim_config,
+    SimulatorConfig,
 )
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.result import SimResult
@@ -25,8 +24,7 @@ __all__ = [
     "PrefillConfig",
     "PrefillMode",
     "SimResult",
-    "SimulateConfig",
-    "as_sim_config",
+    "SimulatorConfig",
     "ffn_work",
     "simulate",
 ]

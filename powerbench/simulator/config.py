@@ -1,15 +1,14 @@
-"""Typed schema of `engine=simulate` (registered under schema/engine/simulate).
+"""Typed schema of the `simulator` group (`simulator=cost_model`; schema/simulator/cost_model).
 
-Plain dataclasses (no omegaconf import): the cost model takes a `SimulateConfig`
-instance; `as_sim_config` turns a config node (DictConfig, dict) into one.
+Plain dataclasses (no omegaconf import): the cost model takes a `SimulatorConfig`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from powerbench.enums import coerce_enums
 
 
 class ComputeMode(StrEnum):
@@ -66,14 +65,16 @@ class PrefillConfig:
     mode: PrefillMode = PrefillMode.gpu_stream
     gpu_min_tokens: int = 32  # llama.cpp: large-batch matmuls go to the GPU from 32 rows
 
+    def __post_init__(self) -> None:
+        coerce_enums(self)
+
 
 @dataclass
-class SimulateConfig:
-    """engine=simulate: the per-token cost model (powerbench.simulator)."""
+class SimulatorConfig:
+    """simulator=cost_model: the per-token cost model (powerbench.simulator)."""
 
     _target_: str = "powerbench.simulator.simulate.simulate"
-    name: str = "simulate"
-    simulated: bool = True  # marks the node for the pipeline: no weights needed
+    name: str = "cost_model"
     mode: ComputeMode = ComputeMode.sparse
     kv_bytes_per_value: float = 2.0  # fp16 KV cache
     activation_bytes: float = 2.0  # bytes per value of activations crossing the link
@@ -99,41 +100,9 @@ class SimulateConfig:
     trace_offset: int = 0  # first trace token replayed
     breakdown_per_layer: bool = False  # also write a per-layer breakdown CSV
 
-
-SCHEMAS = {"simulate": SimulateConfig}
-
-
-def _build(cls: type, values: dict[str, Any]) -> Any:
-    """A dataclass from a plain dict, recursing into dataclass-typed fields (strict)."""
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown keys {unknown}; valid: {sorted(known)}")
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        default = known[key].default_factory  # type: ignore[misc]
-        if isinstance(value, dict) and default is not dataclasses.MISSING:
-            kwargs[key] = _build(type(default()), value)
-        else:
-            kwargs[key] = value
-    obj = cls(**kwargs)
-    if isinstance(obj, SimulateConfig):
-        obj.mode = ComputeMode(obj.mode)
-        obj.prefill.mode = PrefillMode(obj.prefill.mode)
-    return obj
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
-def as_sim_config(cfg: Any = None) -> SimulateConfig:
-    """A SimulateConfig from a config node, a dict, an instance or None (defaults)."""
-    if cfg is None:
-        return SimulateConfig()
-    if isinstance(cfg, SimulateConfig):
-        return cfg
-    if type(cfg).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
+SCHEMAS = {"cost_model": SimulatorConfig}
 
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    if not isinstance(cfg, dict):
-        raise TypeError(f"expected an engine=simulate config node, got {type(cfg).__name__}")
-    values = {k: v for k, v in cfg.items() if k != "defaults"}
-    return _build(SimulateConfig, values)

@@ -34,7 +34,7 @@ import numpy as np
 
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.model.spec import ModelSpec, bytes_per_param
-from powerbench.simulator.config import ComputeMode, OpCounts, SimulateConfig
+from powerbench.simulator.config import ComputeMode, OpCounts, SimulatorConfig
 from powerbench.simulator.rates import (
     CPU,
     GPU,
@@ -102,7 +102,7 @@ class CostModel:
     """Costs of `spec` placed by `placement` on `hardware` (see module docstring)."""
 
     def __init__(self, spec: ModelSpec, placement: Placement, hardware: HardwareProfile,
-                 cfg: SimulateConfig, predictor_bytes: np.ndarray | None = None) -> None:
+                 cfg: SimulatorConfig, predictor_bytes: np.ndarray | None = None) -> None:
         if placement.n_layers != spec.n_layers:
             raise ValueError(f"placement has {placement.n_layers} layers, {spec.name} has "
                              f"{spec.n_layers}")

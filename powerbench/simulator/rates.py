@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from powerbench.hardware.hardware_profile import ComputeUnit, HardwareProfile
-from powerbench.simulator.config import SimulateConfig
+from powerbench.simulator.config import SimulatorConfig
 
 DEFAULT_CPU_OP_S = 1e-6  # one OpenMP-style barrier across a desktop CPU's threads (estimate)
 
@@ -81,7 +81,7 @@ def _unit_flops(unit: ComputeUnit, fraction: float = 1.0) -> float:
     raise ValueError(f"compute unit {unit.name!r} has no FLOP/s figure (effective or peak)")
 
 
-def cpu_op_seconds(hw: HardwareProfile, cfg: SimulateConfig) -> float:
+def cpu_op_seconds(hw: HardwareProfile, cfg: SimulatorConfig) -> float:
     if cfg.cpu_op_us is not None:
         return cfg.cpu_op_us * 1e-6
     if hw.accelerator is None:  # CPU-only profile: launch_s is the CPU operator dispatch
@@ -89,7 +89,7 @@ def cpu_op_seconds(hw: HardwareProfile, cfg: SimulateConfig) -> float:
     return hw.thread_sync_s if hw.thread_sync_s is not None else DEFAULT_CPU_OP_S
 
 
-def cpu_rates(hw: HardwareProfile, cfg: SimulateConfig) -> DeviceRates:
+def cpu_rates(hw: HardwareProfile, cfg: SimulatorConfig) -> DeviceRates:
     """The host. `cfg.cpu_threads` below the core count scales FLOP/s by threads / cores
     and, where GEMV rates were measured per thread count (`local`), the bandwidth by the
     measured GEMV ratio (else the tier bandwidth stays: a few cores saturate DRAM)."""

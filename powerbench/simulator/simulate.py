@@ -25,7 +25,7 @@ from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.hardware.load import load_hardware
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.activation_profile import ActivationProfile
-from powerbench.simulator.config import ComputeMode, PrefillMode, SimulateConfig, as_sim_config
+from powerbench.simulator.config import ComputeMode, PrefillMode, SimulatorConfig
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.prefill import stream_prefill
 from powerbench.simulator.rates import CPU, GPU
@@ -37,23 +37,19 @@ PREDICTOR_BYTES_PER_PARAM = 2.0  # fp16 predictors
 
 
 def bench_lengths(bench: Any) -> tuple[int, int, int]:
-    """(prompt tokens, new tokens, batch) from a BenchConfig / DictConfig / dict / None."""
+    """(prompt tokens, new tokens, batch) of a BenchConfig (None: its defaults)."""
     if bench is None:
         from powerbench.config.schema import BenchConfig
 
         bench = BenchConfig()
-
-    def get(key: str) -> int:
-        return int(bench[key] if isinstance(bench, dict) else getattr(bench, key))
-
-    prompt, new, batch = get("prompt_tokens"), get("new_tokens"), get("batch_size")
+    prompt, new, batch = bench.prompt_tokens, bench.new_tokens, bench.batch_size
     if prompt < 1 or new < 1 or batch < 1:
         raise ValueError(f"bench lengths must be >= 1: prompt_tokens={prompt}, "
                          f"new_tokens={new}, batch_size={batch}")
     return prompt, new, batch
 
 
-def predictor_inputs(cfg: SimulateConfig, spec: ModelSpec, placement: Placement,
+def predictor_inputs(cfg: SimulatorConfig, spec: ModelSpec, placement: Placement,
                      predictors: Any | None) -> tuple[np.ndarray, np.ndarray, str]:
     """(bytes per layer, predicted / true active ratio per layer, where they came from).
 
@@ -113,21 +109,21 @@ def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.Dat
     })
 
 
-def use_stream_prefill(cfg: SimulateConfig, hardware: HardwareProfile, rows: int) -> bool:
+def use_stream_prefill(cfg: SimulatorConfig, hardware: HardwareProfile, rows: int) -> bool:
     return (cfg.prefill.mode is PrefillMode.gpu_stream and hardware.has_accelerator
             and rows >= cfg.prefill.gpu_min_tokens)
 
 
-def simulate(engine_cfg: Any, spec: ModelSpec, profile: ActivationProfile,
+def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationProfile,
              placement: Placement, hardware: HardwareProfile | Any,
              predictors: Any | None = None, bench: Any | None = None) -> SimResult:
     """Simulated prefill / decode / end-to-end tokens/s of `spec` with `placement` on
     `hardware` for bench.prompt_tokens, bench.new_tokens and bench.batch_size.
 
-    engine_cfg: the conf/engine/simulate node (or a SimulateConfig / dict / None).
+    cfg: the typed conf/simulator config (None: SimulatorConfig's defaults).
     predictors: a PredictorSet / oracle (their sizes and predicted/true ratios) or None.
     """
-    cfg = as_sim_config(engine_cfg)
+    cfg = cfg if cfg is not None else SimulatorConfig()
     hw = load_hardware(hardware)
     prompt, new, batch = bench_lengths(bench)
     sparse = cfg.mode is ComputeMode.sparse

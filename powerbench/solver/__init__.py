@@ -14,7 +14,7 @@ from powerbench.solver.placement import (
 )
 from powerbench.solver.problem import PlacementProblem
 from powerbench.solver.report import log_placement, plot_split, summary, write_artifacts
-from powerbench.solver.solve import solve, solver_config
+from powerbench.solver.solve import solve
 
 __all__ = [
     "CPU",
@@ -27,7 +27,6 @@ __all__ = [
     "log_placement",
     "plot_split",
     "solve",
-    "solver_config",
     "summary",
     "write_artifacts",
 ]

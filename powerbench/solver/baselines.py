@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from powerbench.hardware.hardware_profile import GB
-from powerbench.solver.common import as_config
 from powerbench.solver.config import (
     AllCPUConfig,
     AllGPUConfig,
@@ -78,12 +76,12 @@ def _whole_layers(name: str, c: SolverConfig, problem: PlacementProblem, bm: Byt
     )
 
 
-def solve_layer_offload(cfg: Any, problem: PlacementProblem) -> Placement:
+def solve_layer_offload(cfg: LayerOffloadConfig, problem: PlacementProblem) -> Placement:
     """llama.cpp `-ngl N`: layers i >= n_layer - N on the GPU (or the first N with
     `from_end: false`), whole (attention, KV cache, FFN); the output projection joins them
     once every layer is on the GPU and it still fits; token embeddings stay on the CPU."""
     start = time.perf_counter()
-    c = as_config(cfg, LayerOffloadConfig)
+    c = cfg
     bm = byte_model(c, problem)
     what = _what("layer_offload", problem)
     per_layer = _layer_bytes(bm)
@@ -115,10 +113,10 @@ def solve_layer_offload(cfg: Any, problem: PlacementProblem) -> Placement:
     return _whole_layers("layer_offload", c, problem, bm, on_gpu, lm_gpu, False, start)
 
 
-def solve_all_gpu(cfg: Any, problem: PlacementProblem) -> Placement:
+def solve_all_gpu(cfg: AllGPUConfig, problem: PlacementProblem) -> Placement:
     """Everything on the accelerator; fails naming the GPU shortfall if it does not fit."""
     start = time.perf_counter()
-    c = as_config(cfg, AllGPUConfig)
+    c = cfg
     bm = byte_model(c, problem)
     what = _what("all_gpu", problem)
     if not bm.has_gpu:
@@ -133,10 +131,10 @@ def solve_all_gpu(cfg: Any, problem: PlacementProblem) -> Placement:
     return _whole_layers("all_gpu", c, problem, bm, on_gpu, True, True, start)
 
 
-def solve_all_cpu(cfg: Any, problem: PlacementProblem) -> Placement:
+def solve_all_cpu(cfg: AllCPUConfig, problem: PlacementProblem) -> Placement:
     """Everything on the host (no accelerator buffers)."""
     start = time.perf_counter()
-    c = as_config(cfg, AllCPUConfig)
+    c = cfg
     bm = byte_model(c, problem)
     bm = replace(bm, gpu_buffer=0.0)
     need = bm.n_layers * _layer_bytes(bm) + bm.embed_in + bm.lm_head + bm.cpu_buffer

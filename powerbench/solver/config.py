@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from powerbench.enums import coerce_enums
 from powerbench.model.spec import WeightDType
 
 
@@ -44,6 +45,9 @@ class SolverConfig:
     gpu_buffer_gb: float = 1.0  # compute / scratch buffers on the accelerator
     cpu_buffer_gb: float = 2.0  # compute buffers, tokenizer, runtime on the host
     lm_head_on_gpu: bool = True  # the output projection, where it fits
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
 
 
 @dataclass

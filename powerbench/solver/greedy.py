@@ -9,11 +9,9 @@ minimum C_l is *not* enforced (it is computed and the violations are reported in
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
-from powerbench.solver.common import as_config
 from powerbench.solver.config import GreedyConfig, SparseSolverConfig
 from powerbench.solver.placement import Placement, PlacementInfeasibleError, SolverStats
 from powerbench.solver.problem import ByteModel, PlacementProblem, byte_model
@@ -41,8 +39,8 @@ def greedy_counts(problem: PlacementProblem, plan: DensePlan, bm: ByteModel) -> 
     return counts
 
 
-def solve_greedy(cfg: Any, problem: PlacementProblem) -> Placement:
-    c = as_config(cfg, GreedyConfig)
+def solve_greedy(cfg: GreedyConfig, problem: PlacementProblem) -> Placement:
+    c = cfg
     return _solve(c, problem, "greedy")
 
 

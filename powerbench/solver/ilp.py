@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from powerbench.solver.common import as_config
 from powerbench.solver.config import Backend, ILPConfig
 from powerbench.solver.greedy import greedy_counts
 from powerbench.solver.lagrange import lagrangian_heuristic
@@ -307,8 +306,8 @@ def _decode(groups: Groups, chosen: np.ndarray, problem: PlacementProblem) -> li
     return [np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for parts in ids]
 
 
-def solve_ilp(cfg: Any, problem: PlacementProblem) -> Placement:
-    c = as_config(cfg, ILPConfig)
+def solve_ilp(cfg: ILPConfig, problem: PlacementProblem) -> Placement:
+    c = cfg
     start = time.perf_counter()
     bm = byte_model(c, problem)
     what = f"ilp: {problem.spec.name} ({problem.weight_dtype.value}) on {problem.hardware.name}"

@@ -15,9 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def _tracker(config: DictConfig) -> Tracker:
-    t = config.tracking
-    return Tracker(uri=t.get("uri"), experiment=t.get("experiment", "powerbench"),
-                   enabled=t.get("enabled", True))
+    from powerbench.build import build
+    from powerbench.config import typed
+
+    return build(typed(config.tracking))
 
 
 class MlflowSweepCallback(Callback):

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from powerbench.tracking.config import TrackingConfig
 from powerbench.tracking.provenance import machine_tags
 from powerbench.tracking.store import default_artifact_root, resolve_uri
 
@@ -51,11 +52,11 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
 class Tracker:
     """Thin wrapper over an MLflow client bound to one store and experiment."""
 
-    def __init__(self, uri: str | None = None, experiment: str = "powerbench",
-                 enabled: bool = True) -> None:
-        self.uri = resolve_uri(uri)
-        self.experiment = experiment
-        self.enabled = enabled
+    def __init__(self, cfg: TrackingConfig | None = None) -> None:
+        cfg = cfg if cfg is not None else TrackingConfig()
+        self.uri = resolve_uri(cfg.uri)
+        self.experiment = cfg.experiment
+        self.enabled = cfg.enabled
         self.run_id: str | None = None
         self._client = None
 

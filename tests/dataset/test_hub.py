@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from powerbench.config import compose_config
+from powerbench.config import load_config
 from powerbench.dataset import DatasetUnavailableError, load_texts
 from powerbench.dataset.hub import wikitext_articles
 
@@ -25,7 +25,7 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("option", ["alpaca", "chatgpt_prompts", "wikitext"])
 def test_offline_hub_dataset_fails_fast_and_clearly(offline, option):
-    cfg = compose_config([f"dataset={option}"])
+    cfg = load_config([f"dataset={option}"])
     env_before = dict(os.environ)
     start = time.perf_counter()
     with pytest.raises(DatasetUnavailableError) as err:

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from powerbench.config import compose_config
+from powerbench.config import load_config
 from powerbench.dataset import load_texts
+from powerbench.dataset.config import DatasetConfig
 
 
 def _local(path, **extra):
-    return {"_target_": "powerbench.dataset.local.load_local", "name": "local", "path": str(path),
-            "heldout_fraction": 0.25, **extra}
+    return DatasetConfig(_target_="powerbench.dataset.local.load_local", name="local",
+                         path=str(path), heldout_fraction=0.25, **extra)
 
 
 def _all(split):
@@ -62,13 +63,13 @@ def test_missing_file_and_path(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_texts(_local(tmp_path / "nope.txt"))
     with pytest.raises(ValueError, match="dataset.path"):
-        load_texts({"_target_": "powerbench.dataset.local.load_local", "name": "local"})
+        load_texts(DatasetConfig(_target_="powerbench.dataset.local.load_local", name="local"))
 
 
 def test_hydra_option_instantiates_the_loader(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text("\n\n".join(f"doc {i}" for i in range(40)))
-    cfg = compose_config(["dataset=local", f"dataset.path={path}"])
+    cfg = load_config(["dataset=local", f"dataset.path={path}"])
     split = load_texts(cfg.dataset)
     assert split.name == "local" and len(split.train) + len(split.heldout) == 40
     assert split.source == f"local:{path}" and split.heldout

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from powerbench.dataset import load_texts
+from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.jsonarray import ArrayReadState, iter_json_array
 from powerbench.dataset.sharegpt import load_sharegpt
 
@@ -75,8 +76,8 @@ def test_user_path_is_rendered_as_chat(tmp_path):
     path = tmp_path / "sharegpt.json"
     # cut in the middle of a multi-byte character too
     path.write_bytes(_cut_in_record(_file_text(), 5, "caf", 3).encode() + "\u00e9".encode()[:1])
-    split = load_texts({"_target_": "powerbench.dataset.sharegpt.load_sharegpt",
-                        "name": "sharegpt", "path": str(path), "heldout_fraction": 0.3})
+    split = load_texts(DatasetConfig(_target_="powerbench.dataset.sharegpt.load_sharegpt",
+                                     name="sharegpt", path=str(path), heldout_fraction=0.3))
     docs = split.train + split.heldout
     assert len(docs) == 5 and split.meta["records_parsed"] == 5
     assert split.meta["file_truncated"]
@@ -87,13 +88,13 @@ def test_user_path_is_rendered_as_chat(tmp_path):
 
 def test_missing_user_path_fails(tmp_path):
     with pytest.raises(FileNotFoundError):
-        load_sharegpt({"_target_": "x", "name": "sharegpt", "path": str(tmp_path / "no.json")})
+        load_sharegpt(DatasetConfig(_target_="x", name="sharegpt", path=str(tmp_path / "no.json")))
 
 
 def test_bundled_sharegpt_parses_fast():
     start = time.perf_counter()
-    split = load_texts({"_target_": "powerbench.dataset.sharegpt.load_sharegpt",
-                        "name": "sharegpt"})
+    split = load_texts(DatasetConfig(_target_="powerbench.dataset.sharegpt.load_sharegpt",
+                                     name="sharegpt"))
     elapsed = time.perf_counter() - start
     assert split.meta["file_truncated"]
     assert 17_000 <= split.meta["records_parsed"] <= 18_500  # ~17.6k survive the cut

@@ -9,9 +9,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 
+from powerbench.config import typed
 from powerbench.config.schema import BenchConfig
 from powerbench.engine import DenseFFN, EngineResult, run_engine
-from powerbench.engine.config import SCHEMAS
+from powerbench.engine.config import SCHEMAS, DecoderEngineConfig
 from powerbench.engine.timing import METRIC_NAMES
 
 from .conftest import loaded_model
@@ -32,7 +33,7 @@ def engine_cfgs():
     for name, node in SCHEMAS.items():
         cs.store(group="schema/engine", name=name, node=node)
     with initialize_config_dir(config_dir=CONF, version_base=None):
-        return {name: compose(overrides=[f"+engine={name}"]).engine
+        return {name: typed(compose(overrides=[f"+engine={name}"]).engine)
                 for name in ("dense", "hf_generate")}
 
 
@@ -61,7 +62,7 @@ def test_dense_engine_and_hf_generate_produce_the_same_greedy_tokens(results):
 
 
 def test_threads_are_set_for_the_run_and_restored():
-    from powerbench.engine.timing import torch_threads
+    from powerbench.threads import torch_threads
 
     before = torch.get_num_threads()
     target = 1 if before != 1 else 2
@@ -91,13 +92,12 @@ class CountingFFN:
 def test_a_new_ffn_plugs_in_through_config_and_context(models, tokenizer):
     loaded = loaded_model("tiny_opt", models["opt"], tokenizer)
     bench = BenchConfig(prompt_tokens=8, new_tokens=3, batch_size=1, warmup=0, repeats=1)
-    cfg = {"_target_": "powerbench.engine.decoder_engine.DecoderEngine", "name": "counting",
-           "ffn": {"_target_": CountingFFN, "scale": 1.0}}
+    cfg = DecoderEngineConfig(name="counting", ffn={"_target_": CountingFFN, "scale": 1.0})
     tally: dict[int, int] = {}
     r = run_engine(cfg, loaded, PROMPTS, bench, tally=tally, unrelated="ignored")
     # per layer: 8 prompt tokens + 2 decode steps of 1 token
     assert tally == {0: 10, 1: 10} and r.metrics["ffn_calls"] == 20.0
-    cfg["ffn"] = {"_target_": CountingFFN, "scael": 1.0}
+    cfg.ffn = {"_target_": CountingFFN, "scael": 1.0}
     with pytest.raises(TypeError):
         run_engine(cfg, loaded, PROMPTS, bench, tally={})
 

@@ -19,7 +19,7 @@ def word_tokenizer():
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny matmuls: one thread avoids contention on shared CPUs (restored afterwards)."""
-    from powerbench.engine.timing import torch_threads
+    from powerbench.threads import torch_threads
 
     with torch_threads(1):
         yield

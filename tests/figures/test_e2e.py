@@ -8,11 +8,12 @@ import pytest
 
 from powerbench.figures.e2e import e2e_figure
 from powerbench.tracking import Tracker
+from powerbench.tracking.config import TrackingConfig
 
 
 def _log(tracker: Tracker, model: str, dtype: str, new: int, solver: str, mode: str,
          tps: float | None, load: float = 0.5, hardware: str = "pc_high") -> None:
-    params = {"engine": {"name": "simulate", "mode": mode}, "solver": {"name": solver},
+    params = {"simulator": {"name": "cost_model", "mode": mode}, "solver": {"name": solver},
               "hardware": {"name": hardware}, "model": {"name": model, "weight_dtype": dtype},
               "bench": {"new_tokens": new, "prompt_tokens": 64, "batch_size": 1}}
     with tracker.run(f"{model}-{solver}"):
@@ -32,7 +33,7 @@ def _log(tracker: Tracker, model: str, dtype: str, new: int, solver: str, mode: 
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    tracker = Tracker(uri=uri, experiment="pc_high_e2e")
+    tracker = Tracker(TrackingConfig(uri=uri, experiment="pc_high_e2e"))
     _log(tracker, "opt_30b", "fp16", 128, "layer_offload", "dense", 1.0, load=0.2)
     _log(tracker, "opt_30b", "fp16", 128, "ilp", "sparse", 3.0, load=0.9)  # replaced below
     _log(tracker, "opt_30b", "fp16", 128, "ilp", "sparse", 8.0, load=0.7)

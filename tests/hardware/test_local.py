@@ -3,6 +3,7 @@ fingerprint, re-measured on request, on another machine, or when the cache is co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 
@@ -11,6 +12,7 @@ import pytest
 from powerbench.hardware import load_hardware
 from powerbench.hardware import local as local_mod
 from powerbench.hardware import microbench as mb
+from powerbench.hardware.config import LocalHardwareConfig
 
 QUICK = dict(mem_mb=32, gemv_dim=512, gemm_dim=128, repeats=2, threads=[1, 2],
              sync_iters=200, cuda_copy_mb=16)
@@ -18,14 +20,13 @@ QUICK = dict(mem_mb=32, gemv_dim=512, gemm_dim=128, repeats=2, threads=[1, 2],
 
 @pytest.fixture
 def cfg(tmp_path):
-    return {"_target_": "powerbench.hardware.local.load_local", "name": "local",
-            "cache_file": str(tmp_path / "hardware" / "local.json"), **QUICK}
+    return LocalHardwareConfig(cache_file=str(tmp_path / "hardware" / "local.json"), **QUICK)
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     path = tmp_path_factory.mktemp("hw") / "local.json"
-    cfg = {"_target_": "powerbench.hardware.local.load_local", "cache_file": str(path), **QUICK}
+    cfg = LocalHardwareConfig(cache_file=str(path), **QUICK)
     return load_hardware(cfg), path
 
 
@@ -56,8 +57,7 @@ def test_cache_records_date_and_fingerprint_and_is_reused(measured, monkeypatch)
     datetime.fromisoformat(record["date"])
     monkeypatch.setattr(local_mod, "measure_local",
                         lambda *_: pytest.fail("cached profile should be reused"))
-    again = load_hardware({"_target_": "powerbench.hardware.local.load_local",
-                           "cache_file": str(path), **QUICK})
+    again = load_hardware(LocalHardwareConfig(cache_file=str(path), **QUICK))
     assert again == hw
 
 
@@ -71,7 +71,7 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
         return real(c)
 
     monkeypatch.setattr(local_mod, "measure_local", counting)
-    load_hardware({**cfg, "remeasure": True})
+    load_hardware(dataclasses.replace(cfg, remeasure=True))
     assert len(calls) == 1
     # a cache written on another machine
     monkeypatch.setattr(local_mod, "fingerprint", lambda *_: "another-machine")
@@ -80,7 +80,7 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(local_mod, "measure_local", counting)
     # a corrupt cache entry (checksum mismatch)
-    path = local_mod._cache(local_mod.as_local_config(cfg))[0].path("local")
+    path = local_mod._cache(cfg)[0].path("local")
     path.write_text(path.read_text().replace("dram", "drum", 1))
     hw = load_hardware(cfg)
     assert len(calls) == 3 and hw.memories["dram"].effective_bw > 0

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from powerbench.cli import CONF_DIR
+from powerbench.config import group_config
+from powerbench.model.config import ModelConfig
 from powerbench.model.loading import ModelUnavailableError, load_hub_model, spec_from_hf_config
 
 
 def test_offline_hub_model_fails_fast_and_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # empty local cache
-    cfg = OmegaConf.load(Path(CONF_DIR) / "model" / "opt_125m.yaml")
-    cfg.pop("defaults")
+    cfg = group_config("model", "opt_125m")
     start = time.perf_counter()
     with pytest.raises(ModelUnavailableError) as err:
         load_hub_model(cfg)
@@ -39,7 +37,7 @@ def test_local_directory_checkpoint(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>",
                             unk_token="<unk>").save_pretrained(tmp_path)
-    loaded = load_hub_model({"_target_": "x", "name": "local_opt", "hf_id": str(tmp_path)})
+    loaded = load_hub_model(ModelConfig(_target_="x", name="local_opt", hf_id=str(tmp_path)))
     assert loaded.has_weights and loaded.source.startswith("local:")
     assert loaded.spec.d_ffn == 64 and loaded.spec.ffn_kind.value == "relu"
 

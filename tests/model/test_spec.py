@@ -7,15 +7,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from powerbench.cli import CONF_DIR
+from powerbench.config import CONF_DIR, group_config
 from powerbench.model import FFNKind, ModelSpec, bytes_per_param
 from powerbench.model.loading import spec_from_config
 
 
 def catalog_spec(name: str) -> ModelSpec:
-    cfg = OmegaConf.load(Path(CONF_DIR) / "model" / f"{name}.yaml")
-    cfg.pop("defaults", None)
-    return spec_from_config(cfg)
+    return spec_from_config(group_config("model", name))
 
 
 # Published parameter counts (billions); our count ignores biases and layer norms.

@@ -1,4 +1,5 @@
-"""The operator benchmark end to end on a tiny shape: CSV columns, PNG, table, numbers."""
+"""The operator benchmark end to end on a tiny shape (`powerbench bench-operators` and the
+torch-only script): CSV columns, PNG, table, numbers, MLflow run."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import pytest
 
 from powerbench.ops import bench
 from powerbench.ops.bench_report import COLUMNS
+from powerbench.paths import repo_root
+from powerbench.tasks.bench_operators import operator_bench_config
+from powerbench.tasks.config import BenchOperatorsTask
 
-TINY = ["--shapes", "64x256", "--dtypes", "fp32", "fp16", "--batches", "1", "3",
-        "--sparsities", "0", "0.9", "--warmup", "0", "--reps", "1", "--min-time", "0",
-        "--flush-mb", "0", "--bandwidth-mb", "16", "--no-mlflow"]
+TINY = ["task.shapes=[64x256]", "task.dtypes=[fp32,fp16]", "task.batches=[1,3]",
+        "task.sparsities=[0,0.9]", "task.timing.warmup=0", "task.timing.reps=1",
+        "task.timing.min_time_s=0", "task.timing.flush_mb=0", "task.bandwidth_mb=16",
+        "tracking=disabled"]
 
 
-def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, capsys):
-    assert bench.main([*TINY, "--out-dir", str(tmp_path)]) == 0
+def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, capsys, run_cli):
+    run_cli(["bench-operators", *TINY, f"task.out_dir={tmp_path}"])
     with (tmp_path / "operators_cpu.csv").open() as fh:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == COLUMNS == (
@@ -42,25 +47,23 @@ def test_touched_bytes_counts_active_rows_only():
 
 
 def test_quick_config_and_shape_parsing():
-    args = bench.build_parser().parse_args(["--quick"])
-    cfg = bench.config_from_args(args)
+    cfg = operator_bench_config(BenchOperatorsTask(quick=True))
     assert cfg.shapes == ("4096x16384",) and cfg.dtypes == ("fp32",) and cfg.batches == (1,)
     assert bench.parse_shape("8192x28672") == (8192, 28672)
-    full = bench.config_from_args(bench.build_parser().parse_args([]))
+    full = operator_bench_config(BenchOperatorsTask())
     assert full.shapes == ("4096x11008", "4096x16384", "8192x28672")
     assert full.sparsities == (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
 
 
 @pytest.mark.slow
-def test_mlflow_run_is_logged(tmp_path, monkeypatch, backends):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
-            "--ops", "row", "--warmup", "0", "--reps", "1", "--min-time", "0", "--flush-mb", "0",
-            "--bandwidth-mb", "16", "--no-plot", "--out-dir", str(tmp_path)]
-    assert bench.main(argv) == 0
+def test_mlflow_run_is_logged(tmp_path, backends, run_cli):
+    run_cli(["bench-operators", "task.shapes=[64x256]", "task.dtypes=[fp32]", "task.batches=[1]",
+             "task.sparsities=[0.5]", "task.ops=[row]", "task.timing.warmup=0",
+             "task.timing.reps=1", "task.timing.min_time_s=0", "task.timing.flush_mb=0",
+             "task.bandwidth_mb=16", "task.plot=false", f"task.out_dir={tmp_path}"])
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_tracking_uri(run_cli.store)
     runs = mlflow.search_runs(experiment_names=["operators"])
     assert len(runs) == 1
     assert any(c.startswith("metrics.speedup/sparse_cpu/row/64x256") for c in runs.columns)
@@ -71,3 +74,14 @@ def test_percent_sparsities_are_refused_with_a_hint():
 
     with pytest.raises(ValueError, match=r"fractions in \[0, 1\); got \[10.0\] \(did you mean 0.1\?\)"):
         OperatorBenchConfig(sparsities=(0.0, 10.0))
+
+
+def test_torch_only_script_runs_without_hydra(tmp_path, backends):
+    """experiments/bench_operators.py: the same benchmark where only torch is installed."""
+    import runpy
+
+    script = runpy.run_path(str(repo_root() / "experiments" / "bench_operators.py"))
+    argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
+            "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
+    assert script["main"](argv) == 0
+    assert (tmp_path / "operators_cpu.csv").exists()

@@ -12,6 +12,7 @@ from hydra.core.config_store import ConfigStore
 from planted import D_MODEL, make_profile, planted_layer, planted_loaded, skewed_frequencies
 
 from powerbench.cli import CONF_DIR
+from powerbench.config import typed
 from powerbench.predictor import PredictorSet, build_predictors, predictor_report
 from powerbench.predictor.config import SCHEMAS
 
@@ -23,7 +24,7 @@ def _compose(option: str, overrides: list[str] = ()):
     for name, node in SCHEMAS.items():
         cs.store(group="schema/predictor", name=name, node=node)
     with initialize_config_dir(config_dir=str(Path(CONF_DIR) / "predictor"), version_base=None):
-        return compose(config_name=option, overrides=list(overrides))
+        return typed(compose(config_name=option, overrides=list(overrides)))
 
 
 @pytest.mark.parametrize("option", ["fixed", "adaptive", "oracle", "none"])

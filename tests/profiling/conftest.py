@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from powerbench.config import group_config
 from powerbench.model.loading import spec_from_config
 from powerbench.model.spec import ModelSpec
 
@@ -14,10 +15,8 @@ CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 
 
 def _load_spec(name: str) -> ModelSpec:
-    """ModelSpec of conf/model/<name>.yaml (its Hydra `defaults:` list dropped)."""
-    cfg = OmegaConf.load(CONF_MODEL / f"{name}.yaml")
-    cfg.pop("defaults", None)
-    return spec_from_config(cfg)
+    """ModelSpec of conf/model/<name>.yaml, composed and typed."""
+    return spec_from_config(group_config("model", name))
 
 
 def _shape_model_names() -> list[str]:

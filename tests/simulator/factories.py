@@ -12,7 +12,7 @@ from powerbench.hardware.hardware_profile import (
 )
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile, pack_masks
-from powerbench.simulator.config import OpCounts, SimulateConfig
+from powerbench.simulator.config import OpCounts, SimulatorConfig
 from powerbench.solver.placement import GPU, DeviceBytes, Placement
 
 GB = 1e9
@@ -68,10 +68,10 @@ def make_profile(spec: ModelSpec, masks: list[np.ndarray]) -> ActivationProfile:
                              n_tokens=masks[0].shape[0], layers=layers)
 
 
-def zero_overhead_config(**kwargs) -> SimulateConfig:
+def zero_overhead_config(**kwargs) -> SimulatorConfig:
     """No launch / operator overheads: times are pure rooflines."""
     zero = OpCounts(attention=0, predictor=0, ffn_dense=0, ffn_sparse=0, lm_head=0)
-    return SimulateConfig(gpu_ops=zero, cpu_ops=OpCounts(**vars(zero)), cpu_op_us=0.0,
+    return SimulatorConfig(gpu_ops=zero, cpu_ops=OpCounts(**vars(zero)), cpu_op_us=0.0,
                           **kwargs)
 
 

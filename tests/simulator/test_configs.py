@@ -1,4 +1,4 @@
-"""engine=simulate / engine=hybrid and the e2e experiments compose against their schemas."""
+"""simulator=cost_model / engine=hybrid and the e2e experiments compose against their schemas."""
 
 from __future__ import annotations
 
@@ -6,26 +6,26 @@ import pytest
 from hydra import compose
 from hydra.errors import ConfigCompositionException
 
-from powerbench.simulator.config import ComputeMode, PrefillMode, as_sim_config
-from powerbench.simulator.stage import is_simulated
+from powerbench.config import typed
+from powerbench.simulator.config import ComputeMode, PrefillMode, SimulatorConfig
 
 pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 
-def test_simulate_node_becomes_a_typed_config():
-    cfg = compose("config", overrides=["engine=simulate", "engine.mode=dense",
-                                       "engine.prefill.mode=hybrid"])
-    sim = as_sim_config(cfg.engine)
+def test_simulator_node_becomes_a_typed_config():
+    cfg = compose("config", overrides=["simulator=cost_model", "simulator.mode=dense",
+                                       "simulator.prefill.mode=hybrid"])
+    sim = typed(cfg).simulator
+    assert isinstance(sim, SimulatorConfig)
     assert sim.mode is ComputeMode.dense and sim.prefill.mode is PrefillMode.hybrid
-    assert is_simulated(cfg.engine)
-    assert not is_simulated(compose("config", overrides=["engine=dense"]).engine)
+    assert typed(compose("config", overrides=["engine=dense"])).simulator is None
 
 
-def test_simulate_typos_fail():
+def test_simulator_typos_fail():
     with pytest.raises(ConfigCompositionException):
-        compose("config", overrides=["engine=simulate", "engine.mdoe=dense"])
-    with pytest.raises(ValueError, match="unknown keys"):
-        as_sim_config({"mdoe": "dense"})
+        compose("config", overrides=["simulator=cost_model", "simulator.mdoe=dense"])
+    with pytest.raises(TypeError, match="mdoe"):
+        SimulatorConfig(mdoe="dense")
 
 
 @pytest.mark.parametrize(("experiment", "hardware"), [("pc_high_e2e", "pc_high"),
@@ -36,8 +36,9 @@ def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, system, s
     cfg = compose("config", overrides=[f"+experiment={experiment}",
                                        f"experiment/system={system}"],
                   return_hydra_config=True)
-    assert cfg.hardware.name == hardware and cfg.engine.name == "simulate"
-    assert cfg.solver.name == solver and cfg.engine.mode == mode
+    assert cfg.hardware.name == hardware and cfg.simulator.name == "cost_model"
+    assert cfg.engine is None
+    assert cfg.solver.name == solver and cfg.simulator.mode == mode
     assert cfg.solver.context == cfg.bench.prompt_tokens + 512
     params = cfg.hydra.sweeper.params
     assert params["bench.new_tokens"] == "8,128,512"

@@ -118,11 +118,11 @@ def test_predicted_over_true_inflates_and_caps():
 
 
 def test_kernel_launches_bound_tiny_gpu_work_and_cpu_ops_add():
-    from powerbench.simulator.config import OpCounts, SimulateConfig
+    from powerbench.simulator.config import OpCounts, SimulatorConfig
 
     spec = make_spec()
     hw = make_hardware(launch_s=5e-6)
-    cfg = SimulateConfig(gpu_ops=OpCounts(attention=20), cpu_ops=OpCounts(attention=20),
+    cfg = SimulatorConfig(gpu_ops=OpCounts(attention=20), cpu_ops=OpCounts(attention=20),
                          cpu_op_us=2.0)
     gpu_model = CostModel(spec, make_placement(spec, [np.arange(256)]), hw, cfg)
     cpu_model = CostModel(spec, make_placement(spec, [np.arange(0)], attn=CPU, lm_head=CPU),

@@ -8,14 +8,10 @@ import torch
 
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.weights import extract_weights
+from powerbench.simulator.calibration import calibrate_local
 from powerbench.simulator.config import ComputeMode, OpCounts, PrefillMode
-from powerbench.simulator.validate import (
-    _Counter,
-    calibrate_local,
-    compare,
-    count_ops,
-    twin_config,
-)
+from powerbench.simulator.op_counts import OpCounter, count_ops
+from powerbench.simulator.twin import compare, twin_config
 
 from .factories import make_hardware
 from .factories import opt_model as _opt
@@ -28,7 +24,7 @@ def test_op_counts_add_up_to_one_decode_step():
     assert ops.attention > 5 and ops.ffn_dense >= 3 and ops.lm_head >= 2
     assert ops.ffn_sparse == 0
     # the same step counted directly
-    counter = _Counter()
+    counter = OpCounter()
     with torch.inference_mode():
         cache = decoder.new_cache(1, 8)
         token = decoder.forward(prompt, cache, last_only=True)[:, -1].argmax(-1)
@@ -80,7 +76,7 @@ def test_errors_are_relative_to_measurement():
 def test_two_calibrations_average_in_time():
     from dataclasses import replace
 
-    from powerbench.simulator.validate import time_average
+    from powerbench.simulator.calibration import time_average
 
     base = make_hardware(gpu_bw=None)
     a = replace(base, units={"cpu": replace(base.cpu, effective_bw=10e9, effective_flops=1e9)},
@@ -95,7 +91,8 @@ def test_two_calibrations_average_in_time():
 
 def test_validate_engine_compares_each_round_with_its_neighbouring_calibrations(tiny_model):
     from powerbench.config.schema import BenchConfig
-    from powerbench.simulator.validate import validate_engine
+    from powerbench.engine.config import DecoderEngineConfig
+    from powerbench.simulator.twin import validate_engine
     from powerbench.solver import solve
     from powerbench.solver.config import AllCPUConfig
 
@@ -114,7 +111,7 @@ def test_validate_engine_compares_each_round_with_its_neighbouring_calibrations(
         calls.append(1)
         return hw
 
-    engine = {"_target_": "powerbench.engine.decoder_engine.DecoderEngine", "name": "dense"}
+    engine = DecoderEngineConfig()
     prompts = ["one two three four five six seven eight nine ten eleven twelve"] * 4
     rows = validate_engine(engine, tiny_model, prompts, bench, profile, placement, hw,
                            calibrate=calibrate, rounds=3)

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from powerbench.config import group_config
 from powerbench.solver import solve
 from powerbench.solver.config import GreedyConfig, ILPConfig
 from powerbench.solver.lagrange import lagrangian_heuristic
@@ -127,7 +128,7 @@ def test_c_l_formula_matches_design_rule():
     """C_l is the smallest C with C * T_gpu + T_sync <= C * T_cpu."""
     from powerbench.hardware import load_hardware
 
-    hw = load_hardware("pc_high")
+    hw = load_hardware(group_config("hardware", "pc_high"))
     spec = tiny_spec(d_model=7168)
     m = spec.neuron_bytes("fp16")
     for mode, mean in (("dense", 1.0), ("expected", 0.03)):

@@ -8,8 +8,9 @@ import pytest
 from hydra import compose
 from hydra.errors import ConfigCompositionException
 
+from powerbench.config import group_config, typed
 from powerbench.paths import repo_root
-from powerbench.solver import solve, solver_config
+from powerbench.solver import solve
 from powerbench.solver.config import SCHEMAS
 
 from .conftest import BARE, machine, random_profile, tiny_spec
@@ -34,7 +35,7 @@ def test_solver_yaml_composes_and_solves(name):
     for key, value in BARE.items():
         if key in cfg.solver:
             cfg.solver[key] = value
-    placement = solve(cfg.solver, spec, random_profile(spec, 0), hw)
+    placement = solve(typed(cfg).solver, spec, random_profile(spec, 0), hw)
     assert placement.solver == name
 
 
@@ -48,7 +49,7 @@ def test_typo_fails_at_composition():
 
 
 def test_solver_config_by_name_applies_overrides():
-    node = solver_config("ilp", group_size=64)
+    node = group_config("solver", "ilp", group_size=64)
     assert node.group_size == 64 and node._target_.endswith("solve_ilp")
-    with pytest.raises(FileNotFoundError, match="options"):
-        solver_config("nope")
+    with pytest.raises(ConfigCompositionException, match="Available options"):
+        group_config("solver", "nope")

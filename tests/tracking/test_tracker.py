@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from powerbench.tracking import Tracker, flatten, ui_command
+from powerbench.tracking.config import TrackingConfig
 
 
 def test_flatten_nested():
@@ -16,7 +17,7 @@ def test_round_trip(tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = Tracker(uri=uri, experiment="test")
+    tracker = Tracker(TrackingConfig(uri=uri, experiment="test"))
     params = {f"group{i}": {f"key{j}": j for j in range(30)} for i in range(8)}  # 240 params
     with tracker.run("roundtrip", tags={"hardware": "pc_high"}):
         tracker.log_params(params)
@@ -38,7 +39,7 @@ def test_failed_run_keeps_what_was_logged(tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = Tracker(uri=uri, experiment="test")
+    tracker = Tracker(TrackingConfig(uri=uri, experiment="test"))
     with pytest.raises(RuntimeError), tracker.run("boom"):
         tracker.log_metrics({"prefill_tokens_per_s": 100.0})
         raise RuntimeError("stage failed")
@@ -51,11 +52,11 @@ def test_parent_child(tmp_path, monkeypatch):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    parent = Tracker(uri=uri, experiment="test")
+    parent = Tracker(TrackingConfig(uri=uri, experiment="test"))
     with parent.run("sweep"):
         pass
     monkeypatch.setenv("POWERBENCH_PARENT_RUN_ID", parent.run_id)
-    child = Tracker(uri=uri, experiment="test")
+    child = Tracker(TrackingConfig(uri=uri, experiment="test"))
     with child.run("job0"):
         pass
     tags = mlflow.tracking.MlflowClient(uri).get_run(child.run_id).data.tags

@@ -1,41 +1,34 @@
-"""Placement solver scale benchmark: ILP vs greedy at paper scale (issue #5).
+"""`powerbench bench-solver`: placement solvers (ILP vs greedy) at paper scale.
 
 OPT-30B, OPT-66B, LLaMA(ReGLU)-70B and OPT-175B synthetic profiles on pc_high and pc_low;
 for each, greedy (PowerInfer's released top-k) and the ILP (design section 5) under the
 paper's communication rule (`dense`) and its activation-weighted variant (`expected`).
-Writes results/solver_scale.csv and results/solver_scale.png and prints the table.
-
-    python experiments/bench_solver.py            # or: powerbench bench-solver
-    python experiments/bench_solver.py --models opt_175b --hardware pc_high
+Writes results/solver_scale.csv and .png and prints the table.
 
 Weights are fp16 where the model fits the machine (GPU + CPU), else int4, as PowerInfer
-evaluates its largest models. Dense parts get `--dense-gpu-share` of the GPU (default 0.5):
-with PowerInfer's dense-first loader (1.0) these models leave the FFN almost no GPU memory
-and the ILP is trivial. The machine's load average is recorded per row: on a shared
-2-core machine timings are noisy.
+evaluates its largest models. Dense parts get `dense_gpu_share` 0.5 of the GPU by default
+(`task.solver_overrides`): with PowerInfer's dense-first loader (1.0) these models leave
+the FFN almost no GPU memory and the ILP is trivial. The machine's load average is
+recorded per row: on a shared 2-core machine timings are noisy.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from powerbench.config import PowerbenchConfig, group_config
 from powerbench.hardware import load_hardware
-from powerbench.hardware.load import conf_node
 from powerbench.model.loading import spec_from_config
 from powerbench.model.spec import ModelSpec
 from powerbench.paths import results_dir
 from powerbench.profiling.synthetic import synthetic_profile
-from powerbench.solver import PlacementInfeasibleError, solve, solver_config
+from powerbench.solver import PlacementInfeasibleError, solve
+from powerbench.tasks.config import BenchSolverTask
 
-MODELS = ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"]
-HARDWARE = ["pc_high", "pc_low"]
-COMMUNICATION = ["dense", "expected"]
 GB = 1e9
 
 
@@ -46,19 +39,16 @@ def pick_dtype(spec: ModelSpec, hw, context: int) -> str:
     return "fp16" if 1.1 * need <= room else "int4"
 
 
-def run_one(spec, profile, hw, dtype, solver, communication, args) -> dict:
-    overrides = dict(communication=communication, dense_gpu_share=args.dense_gpu_share,
-                     context=args.context)
-    if solver == "ilp":
-        overrides.update(group_size=args.group_size, time_limit_s=args.time_limit,
-                         mip_gap=args.mip_gap, backend=args.backend)
-    row = {"model": spec.name, "hardware": hw.name, "weight_dtype": dtype, "solver": solver,
-           "communication": communication, "dense_gpu_share": args.dense_gpu_share,
-           "layers": spec.n_layers, "neurons_per_layer": spec.neurons_per_layer,
+def run_one(spec, profile, hw, dtype: str, solver_cfg) -> dict:
+    """One solve, timed, as a table row."""
+    row = {"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
+           "solver": solver_cfg.name, "communication": str(solver_cfg.communication),
+           "dense_gpu_share": solver_cfg.dense_gpu_share, "layers": spec.n_layers,
+           "neurons_per_layer": spec.neurons_per_layer,
            "load_avg_1m_before": round(os.getloadavg()[0], 2)}
     start = time.perf_counter()
     try:
-        p = solve(solver_config(solver, **overrides), spec, profile, hw, weight_dtype=dtype)
+        p = solve(solver_cfg, spec, profile, hw, weight_dtype=dtype)
     except PlacementInfeasibleError as err:
         row.update(status=f"infeasible: {err.budget} short by {err.shortfall_bytes / GB:.1f} GB",
                    solve_time_s=time.perf_counter() - start)
@@ -89,16 +79,17 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = frame[frame["objective"].notna()]
+    ok = frame[frame["objective"].notna()] if "objective" in frame else frame.iloc[:0]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, column, label in ((axes[0], "solve_time_s", "solve time (s)"),
                               (axes[1], "gpu_neuron_load_share", "GPU neuron load share")):
-        pivot = ok.pivot_table(index=["model", "hardware"], columns=["solver", "communication"],
-                               values=column)
-        pivot.plot.bar(ax=ax, rot=30, fontsize=7)
+        if not ok.empty:
+            pivot = ok.pivot_table(index=["model", "hardware"],
+                                   columns=["solver", "communication"], values=column)
+            pivot.plot.bar(ax=ax, rot=30, fontsize=7)
+            ax.legend(fontsize=7)
         ax.set_ylabel(label)
         ax.set_xlabel("")
-        ax.legend(fontsize=7)
     axes[0].axhline(30, color="red", lw=0.8, ls="--")
     fig.suptitle("placement solvers at paper scale (synthetic profiles)", fontsize=9)
     fig.tight_layout()
@@ -106,32 +97,22 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--hardware", nargs="+", default=HARDWARE)
-    parser.add_argument("--communication", nargs="+", default=COMMUNICATION)
-    parser.add_argument("--dense-gpu-share", type=float, default=0.5)
-    parser.add_argument("--group-size", type=int, default=128)
-    parser.add_argument("--time-limit", type=float, default=30.0)
-    parser.add_argument("--mip-gap", type=float, default=0.01)
-    parser.add_argument("--backend", default="highs", choices=["highs", "scip"])
-    parser.add_argument("--context", type=int, default=2048)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-
-    out = args.out or results_dir() / "solver_scale.csv"
+def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) -> pd.DataFrame:
+    out = Path(task.out) if task.out else results_dir() / "solver_scale.csv"
     rows = []
-    for model in args.models:
-        spec = spec_from_config(conf_node("model", model))
+    for model in task.models:
+        spec = spec_from_config(group_config("model", model))
         profile = synthetic_profile(spec)
-        for hw_name in args.hardware:
-            hw = load_hardware(hw_name)
-            dtype = pick_dtype(spec, hw, args.context)
-            for communication in args.communication:
-                for solver in ("greedy", "ilp"):
-                    row = run_one(spec, profile, hw, dtype, solver, communication, args)
+        for hw_name in task.hardware:
+            hw = load_hardware(group_config("hardware", hw_name))
+            dtype = pick_dtype(spec, hw, task.context)
+            for communication in task.communication:
+                for solver in task.solvers:
+                    solver_cfg = group_config("solver", solver, [
+                        f"communication={communication}", f"context={task.context}",
+                        *task.solver_overrides,
+                        *(task.ilp_overrides if solver == "ilp" else [])])
+                    row = run_one(spec, profile, hw, dtype, solver_cfg)
                     rows.append(row)
                     print(f"{model:16s} {hw_name:8s} {dtype:4s} {solver:6s} {communication:8s} "
                           f"{row.get('status')}  t={row['solve_time_s']:.2f}s", flush=True)
@@ -146,7 +127,3 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         print(frame[[c for c in cols if c in frame]].to_string(index=False))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")
     return frame
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,27 @@
+"""Enum-typed dataclass fields given as strings (a config built in Python) become members.
+
+Hydra's typed configs already hold members; `OptionsConfig(mode="dense")` written by hand
+would otherwise hold a string that `is Mode.dense` never matches. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from enum import Enum
+from functools import cache
+
+
+@cache
+def _enum_fields(cls: type) -> tuple[tuple[str, type[Enum]], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls)
+                 if isinstance(hints[f.name], type) and issubclass(hints[f.name], Enum))
+
+
+def coerce_enums(obj: object) -> None:
+    """Call from `__post_init__`: every enum field's value becomes its enum member."""
+    for name, enum in _enum_fields(type(obj)):
+        value = getattr(obj, name)
+        if value is not None and not isinstance(value, enum):
+            object.__setattr__(obj, name, enum(value))

@@ -1,0 +1,199 @@
+"""Calibration microbenchmarks: the `local` profile's CPU rates re-measured at a model's
+shapes (see powerbench.simulator.twin for how validation uses them)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.simulator.op_counts import OpCounter
+from powerbench.threads import torch_threads
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls after one warm-up: the same statistic as the
+    engines' metrics (median of repeats), so that on a shared machine the calibration and
+    the engine see the same kind of load (a best-of would catch only the quiet moments)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(statistics.median(times))
+
+
+def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
+                          threads: int | None = None, repeats: int = 31) -> float:
+    """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
+    in 1 MB pieces, one product each, like a model's weight matrices)."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    rows = max(int(2**20 // (dim * elem)), 1)
+    n = max(int(nbytes // (rows * dim * elem)), 1)
+    mats = [torch.randn(rows, dim, dtype=dtype) for _ in range(n)]
+    x = torch.randn(1, dim, dtype=dtype)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            t = _median_time(lambda: [F.linear(x, m) for m in mats], repeats)
+    finally:
+        torch.set_num_threads(before)
+    return n * rows * dim * elem / t
+
+
+def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
+                      dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+    """FLOP/s of one decoder layer's matrix products for a prompt of `rows` tokens: four
+    [rows, d_model] x [d_model, d_model] (Q, K, V, O) and the FFN pair through d_ffn
+    (the profile's test, one 512^3 GEMM, is far more efficient than these shapes)."""
+    x = torch.randn(rows, d_model, dtype=dtype)
+    attn = [torch.randn(d_model, d_model, dtype=dtype) for _ in range(4)]
+    w1 = torch.randn(d_ffn, d_model, dtype=dtype)
+    w2 = torch.randn(d_model, d_ffn, dtype=dtype)
+
+    def layer() -> None:
+        for w in attn:
+            F.linear(x, w)
+        F.linear(F.linear(x, w1), w2)
+
+    with torch.inference_mode():
+        t = _median_time(layer, repeats)
+    return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
+
+
+def attention_flops(rows: int, n_heads: int, head_dim: int,
+                    dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+    """FLOP/s of causal scaled-dot-product attention over a prompt of `rows` tokens at the
+    model's heads, counted as the cost model counts scores: 4 x heads x head_dim x
+    (query, key) pairs (the profile's GEMM test says nothing about this kernel)."""
+    q, k, v = (torch.randn(1, n_heads, rows, head_dim, dtype=dtype) for _ in range(3))
+    with torch.inference_mode():
+        t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                         repeats)
+    return 4.0 * n_heads * head_dim * rows * (rows + 1) / 2 / t
+
+
+def python_op_seconds(iters: int = 300) -> float:
+    """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
+    tokens) issued from Python: layer norm, Q/K/V/O products with their views and
+    transposes, KV-cache writes, scaled-dot-product attention, the residual add. Its
+    operators are counted like the engine's (aten dispatches), so the cost per operator
+    carries the same mix of cheap and dearer kernels; the shapes are small enough that
+    no read or FLOP shows. (A tight loop of one small `F.linear` gives ~25% less here.)"""
+    d, heads = 64, 4
+    hd = d // heads
+    x, w, b = torch.randn(1, 1, d), torch.randn(d, d), torch.randn(d)
+    ln_w, ln_b = torch.ones(d), torch.zeros(d)
+    keys, values = torch.randn(1, heads, 9, hd), torch.randn(1, heads, 9, hd)
+
+    def block() -> torch.Tensor:
+        a = F.layer_norm(x, (d,), ln_w, ln_b)
+        q, k, v = (F.linear(a, w, b).view(1, 1, heads, hd).transpose(1, 2) for _ in range(3))
+        keys[:, :, 8:9] = k
+        values[:, :, 8:9] = v
+        o = F.scaled_dot_product_attention(q, keys, values)
+        return x + F.linear(o.transpose(1, 2).reshape(1, 1, d), w, b)
+
+    counter = OpCounter()
+    with torch.inference_mode():
+        with counter:
+            block()
+        ops = sum(counter.counts.values())
+
+        def run() -> None:
+            for _ in range(iters):
+                block()
+
+        return _median_time(run, 7) / (iters * ops)
+
+
+def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
+                        iters: int = 2000) -> float:
+    """Seconds per call of the engine's fused predictor + sparse FFN operator at the model's
+    shapes on an EMPTY active set with a rank-1 predictor: the operator's fixed cost (its
+    dispatch, kernel set-up, output allocation), not its reads."""
+    from powerbench.ops import PredictorWeights, ReluFFNWeights, get_backend
+
+    ops = get_backend(backend)
+    w = ReluFFNWeights(torch.randn(d_ffn, d_model), torch.zeros(d_ffn),
+                       torch.randn(d_ffn, d_model), torch.zeros(d_model))
+    p = PredictorWeights(torch.randn(1, d_model), torch.zeros(1), torch.randn(1, d_ffn),
+                         torch.zeros(d_ffn), threshold=float("inf"))
+    call, x = ops.prepare_ffn_predicted(w, p), torch.randn(1, d_model)
+
+    def run() -> None:
+        for _ in range(iters):
+            call(x)
+
+    with torch.inference_mode():
+        return _median_time(run, 7) / iters
+
+
+def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
+                    dtype: torch.dtype = torch.float32, gemm_rows: int | None = None,
+                    d_ffn: int | None = None, threads: int = 0,
+                    attention_shape: tuple[int, int, int] | None = None,
+                    ) -> tuple[HardwareProfile, dict]:
+    """The local profile with its CPU bandwidth, operator cost, (with gemm_rows and d_ffn)
+    GEMM FLOP/s and sparse-call cost, and (with attention_shape = (prompt tokens, heads,
+    head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
+    engine's thread count (0: torch's default) (microbenchmarks only; see the module
+    docstring)."""
+    with torch_threads(threads):
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype)
+        op_s = python_op_seconds()
+        flops = hardware.cpu.effective_flops
+        sparse_extra_s = 0.0
+        attention = hardware.cpu.effective_attention_flops
+        if attention_shape:  # (prompt tokens, heads, head_dim)
+            attention = attention_flops(*attention_shape, dtype=dtype)
+        if gemm_rows and d_ffn:
+            flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
+            sparse_extra_s = max(sparse_call_seconds(dim, d_ffn) - op_s, 0.0)
+    cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops,
+                  effective_attention_flops=attention)
+    units = dict(hardware.units)
+    units[hardware.host] = cpu
+    meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
+            "calibrated_sparse_call_us": sparse_extra_s * 1e6,
+            "calibrated_gflops": (flops or 0.0) / 1e9,
+            "calibrated_attention_gflops": (attention or 0.0) / 1e9,
+            "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
+            "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
+    return replace(hardware, units=units, launch_s=op_s,
+                   meta={**hardware.meta, "calibration": meta}), meta
+
+
+def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], float],
+             cost: Callable[[list[float]], float]) -> HardwareProfile:
+    """The first profile with CPU rates combined by `rate` and per-call costs by `cost`."""
+    a = profiles[0]
+
+    def rates(get: Callable[[HardwareProfile], float | None]) -> float | None:
+        values = [get(p) for p in profiles]
+        return None if not all(values) else rate(values)  # type: ignore[arg-type]
+
+    cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
+                  effective_flops=rates(lambda p: p.cpu.effective_flops),
+                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops))
+    meta = dict(a.meta)
+    calls = [p.meta.get("calibration", {}).get("calibrated_sparse_call_us") for p in profiles]
+    if all(c is not None for c in calls):
+        meta["calibration"] = {**a.meta.get("calibration", {}),
+                               "calibrated_sparse_call_us": cost(calls)}  # type: ignore[arg-type]
+    return replace(a, units={**a.units, a.host: cpu},
+                   launch_s=cost([p.launch_s for p in profiles]), meta=meta)
+
+
+def time_average(*profiles: HardwareProfile) -> HardwareProfile:
+    """Calibrations taken at several times, averaged in time: harmonic mean of the rates
+    (a byte's mean cost), arithmetic mean of the per-call costs."""
+    return _combine(profiles, lambda v: len(v) / sum(1.0 / x for x in v), statistics.fmean)

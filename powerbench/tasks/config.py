@@ -1,0 +1,126 @@
+"""Typed schemas of the `task` config group: what one `powerbench` invocation does.
+
+`powerbench [overrides]` runs `task=run` (the pipeline); `powerbench <task> [overrides]`
+is `powerbench task=<task> [overrides]`. Every task is built as
+`build(cfg.task, cfg, out_dir)` inside the one Hydra app (run dir, --multirun, --cfg,
+MLflow), with the task's options under `task.` (e.g. `task.rounds=41`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunTask:
+    """The experiment pipeline (powerbench.pipeline.run_experiment)."""
+
+    _target_: str = "powerbench.tasks.run.run"
+    name: str = "run"
+
+
+@dataclass
+class ValidateTask:
+    """Measured engines vs their simulated twins on hardware=local."""
+
+    _target_: str = "powerbench.tasks.validate.validate"
+    name: str = "validate"
+    engines: list[str] = field(default_factory=lambda: ["dense", "sparse_cpu"])
+    calibrate: bool = True  # re-measure the CPU rates around the engine rounds
+    rounds: int = 12  # engine runs per engine, calibrations before, between and after
+    figure: bool = True  # redraw results/validation_local.* from this batch (needs tracking)
+
+
+@dataclass
+class BenchDecodeTask:
+    """Dense vs sparse decoders sharing one set of weights, interleaved round by round."""
+
+    _target_: str = "powerbench.tasks.bench_decode.bench_decode"
+    name: str = "bench_decode"
+    rounds: int = 15
+    predictors: list[str] = field(default_factory=lambda: ["fixed", "adaptive", "oracle"])
+    backend: str = "sparse_cpu"
+    unfused: str | None = "adaptive"  # also time this predictor unfused (None: skip)
+    out: str | None = None  # CSV path (None: results/decode_cpu.csv)
+
+
+@dataclass
+class TimingOptions:
+    """Per-measurement timing; None keeps the benchmark's policy (full or quick)."""
+
+    warmup: int | None = None  # untimed calls before each measurement
+    reps: int | None = None  # minimum timed calls per measurement
+    min_time_s: float | None = None  # minimum timed seconds per measurement
+    flush_mb: int | None = None  # cache-flush buffer before each call (0: off)
+
+
+@dataclass
+class BenchOperatorsTask:
+    """Sparse operators vs torch dense, side by side (powerbench.ops.bench)."""
+
+    _target_: str = "powerbench.tasks.bench_operators.bench_operators"
+    name: str = "bench_operators"
+    quick: bool = False  # 4096x16384 fp32 batch 1, 4 sparsities (under a minute)
+    device: str = "cpu"
+    shapes: list[str] | None = None  # d_model x d_ffn, e.g. 4096x16384 (None: the defaults)
+    dtypes: list[str] | None = None
+    batches: list[int] | None = None
+    sparsities: list[float] | None = None
+    ops: list[str] | None = None
+    backends: list[str] | None = None
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    bandwidth_mb: int | None = None
+    threads: int = 0  # torch threads (0: torch's default)
+    out_dir: str | None = None  # None: results/
+    tag: str | None = None  # file suffix (None: "_quick" with quick)
+    plot: bool = True
+
+
+@dataclass
+class BenchSolverTask:
+    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles."""
+
+    _target_: str = "powerbench.tasks.bench_solver.bench_solver"
+    name: str = "bench_solver"
+    models: list[str] = field(
+        default_factory=lambda: ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"])
+    hardware: list[str] = field(default_factory=lambda: ["pc_high", "pc_low"])
+    communication: list[str] = field(default_factory=lambda: ["dense", "expected"])
+    solvers: list[str] = field(default_factory=lambda: ["greedy", "ilp"])
+    # overrides for every solver run (conf/solver keys), and for the ILP's runs only
+    solver_overrides: list[str] = field(default_factory=lambda: ["dense_gpu_share=0.5"])
+    ilp_overrides: list[str] = field(default_factory=list)  # e.g. ["group_size=64"]
+    context: int = 2048
+    out: str | None = None  # CSV path (None: results/solver_scale.csv)
+
+
+@dataclass
+class FigureTask:
+    """Regenerate figures from MLflow runs (results/<figure>.csv and .png)."""
+
+    _target_: str = "powerbench.tasks.figure.figure"
+    name: str = "figure"
+    figures: list[str] = field(default_factory=list)  # empty: every figure
+    out_dir: str | None = None  # None: results/
+
+
+@dataclass
+class HybridLocalTask:
+    """engine=hybrid measured on this machine's GPU + CPU beside its simulated twin."""
+
+    _target_: str = "powerbench.tasks.hybrid_local.hybrid_local"
+    name: str = "hybrid_local"
+    gpu_budget_mb: float = 8.0  # GPU memory the placement may use (so the model does not fit)
+
+
+@dataclass
+class UiTask:
+    """Print the command that opens MLflow's dashboard on the tracking store."""
+
+    _target_: str = "powerbench.tasks.ui.ui"
+    name: str = "ui"
+
+
+SCHEMAS = {"run": RunTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
+           "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
+           "hybrid_local": HybridLocalTask, "figure": FigureTask, "ui": UiTask}
