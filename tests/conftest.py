@@ -33,14 +33,28 @@ def tiny_model_config():
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
+def tiny_cache(tmp_path_factory):
+    """The cache directory `tiny_model` is trained into (pass it as `cache_dir=`, with
+    `tiny_overrides`, and the pipeline finds the same trained model)."""
+    return tmp_path_factory.mktemp("tiny_cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_cache):
     """A small trained tiny_relu (TinyLoadedModel), trained once per test session."""
     from powerbench.model.config import ModelConfig, TinyTrainConfig
     from powerbench.model.tiny_relu import load_tiny_relu
 
     cfg = ModelConfig(_target_="powerbench.model.tiny_relu.load_tiny_relu", name="tiny_relu",
                       tiny=TinyTrainConfig(**TINY_TEST_TRAIN))
-    return load_tiny_relu(cfg, cache_dir=tmp_path_factory.mktemp("tiny_cache"), progress=False)
+    return load_tiny_relu(cfg, cache_dir=tiny_cache, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_overrides(tiny_model, tiny_cache) -> list[str]:
+    """Hydra overrides that make `model=tiny_relu` the session's trained test model."""
+    return [f"cache_dir={tiny_cache}", "model=tiny_relu",
+            *(f"model.tiny.{k}={v}" for k, v in TINY_TEST_TRAIN.items())]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """End-to-end generation speed, PowerInfer vs llama.cpp, SIMULATED (paper figures 10-14).
 
 One function per figure: `pc_high_e2e()` and `pc_low_e2e()` read the runs of
-`powerbench --multirun +experiment=<name>` from MLflow and write results/<name>.csv and
+`powerbench --multirun experiment=<name>` from MLflow and write results/<name>.csv and
 results/<name>.png: simulated end-to-end tokens/s per model, weight dtype and output length
 for both systems, the speedup, and each system's GPU/CPU neuron-load split.
 """
@@ -177,7 +177,7 @@ def e2e_figure(name: str, hardware: str, tracking_uri: str | None = None,
     tidy = tidy[tidy.hardware == hardware]
     if tidy.empty:
         raise LookupError(f"no finished simulated runs on {hardware!r} in MLflow experiment "
-                          f"{experiment or name!r}; run: powerbench --multirun +experiment={name}")
+                          f"{experiment or name!r}; run: powerbench --multirun experiment={name}")
     table = e2e_table(tidy)
     out = Path(out_dir) if out_dir is not None else results_dir()
     csv = out / f"{name}.csv"

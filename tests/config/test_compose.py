@@ -10,11 +10,15 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-from powerbench.cli import CONF_DIR
+from powerbench.config import CONF_DIR, PowerbenchConfig, typed
 
 GROUPS = sorted(p.name for p in Path(CONF_DIR).iterdir() if p.is_dir())
-OPTIONS = [(g, f.stem) for g in GROUPS if g != "experiment"
+# experiments and tasks are `# @package _global_` files: they set other groups, not a node
+GLOBAL = ("experiment", "task")
+OPTIONS = [(g, f.stem) for g in GROUPS if g not in GLOBAL
            for f in sorted((Path(CONF_DIR) / g).glob("*.yaml"))]
+EXPERIMENTS = sorted(f.stem for f in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
+TASKS = sorted(f.stem for f in (Path(CONF_DIR) / "task").glob("*.yaml"))
 
 
 pytestmark = pytest.mark.usefixtures("hydra_conf")
@@ -24,6 +28,7 @@ def test_default_composes():
     cfg = compose(config_name="config")
     assert cfg.model.name == "tiny_relu"
     assert OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(typed(cfg), PowerbenchConfig) and typed(cfg).task.name == "run"
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -32,9 +37,33 @@ def test_every_option_composes(group, option):
     node = cfg[group]
     assert node._target_, f"{group}/{option} has no _target_"
     OmegaConf.to_container(node, resolve=True)
+    assert type(getattr(typed(cfg), group)).__name__.endswith(("Config", "Task"))
 
 
-@pytest.mark.parametrize("group", [g for g in GROUPS if g != "experiment"])
+def test_the_experiment_and_task_globs_are_not_empty():
+    assert "pc_high_e2e" in EXPERIMENTS and {"run", "validate", "bench_decode"} <= set(TASKS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_types(experiment):
+    cfg = compose(config_name="config", overrides=[f"experiment={experiment}"],
+                  return_hydra_config=True)
+    config = typed(compose(config_name="config", overrides=[f"experiment={experiment}"]))
+    assert config.name == experiment and config.task.name == "run"
+    for key, values in cfg.hydra.sweeper.params.items():  # every swept value composes too
+        for value in str(values).split(","):
+            point = typed(compose(config_name="config",
+                                  overrides=[f"experiment={experiment}", f"{key}={value}"]))
+            assert point.simulator is not None and point.solver is not None
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_composes_and_types(task):
+    config = typed(compose(config_name="config", overrides=[f"task={task}"]))
+    assert config.task.name == task and config.task._target_.startswith("powerbench.tasks.")
+
+
+@pytest.mark.parametrize("group", [g for g in GROUPS if g not in GLOBAL])
 def test_group_yaml_declares_a_schema(group):
     for path in (Path(CONF_DIR) / group).glob("*.yaml"):
         text = path.read_text()

@@ -63,5 +63,5 @@ def test_table_pairs_systems_and_takes_the_latest_run(store, tmp_path):
 
 
 def test_no_runs_says_which_command_makes_them(store, tmp_path):
-    with pytest.raises(LookupError, match=r"\+experiment=pc_high_e2e"):
+    with pytest.raises(LookupError, match=r"experiment=pc_high_e2e"):
         e2e_figure("pc_high_e2e", "a100", tracking_uri=store, out_dir=tmp_path)

@@ -18,10 +18,10 @@ def data():
 
 def run_all(ops, data, idx, check=True):
     w, x = data["w"], data["x"]
-    ops.row(w, x, idx, check=check)
-    ops.axpy(w, x[:, :1].expand(2, idx.numel()).contiguous(), idx, check=check)
-    ops.ffn_relu(x, w, None, w, data["b2"], idx, check=check)
-    ops.ffn_gated(x, w, w, w, idx, check=check)
+    return [ops.row(w, x, idx, check=check),
+            ops.axpy(w, x[:, :1].expand(2, idx.numel()).contiguous(), idx, check=check),
+            ops.ffn_relu(x, w, None, w, data["b2"], idx, check=check),
+            ops.ffn_gated(x, w, w, w, idx, check=check)]
 
 
 @pytest.mark.parametrize("bad", [[0, 20], [-1, 3], [5, 99999]])
@@ -62,8 +62,11 @@ def test_two_dimensional_ids(ops, data):
 
 def test_check_false_skips_the_data_check_but_valid_ids_still_work(ops, data):
     idx = torch.tensor([4, 1, 9])
-    run_all(ops, data, idx, check=False)
-    run_all(ops, data, idx, check=True)
+    unchecked = run_all(ops, data, idx, check=False)
+    checked = run_all(ops, data, idx, check=True)
+    for a, b in zip(unchecked, checked, strict=True):
+        assert a.shape == b.shape and torch.isfinite(b).all()
+        torch.testing.assert_close(a, b)
 
 
 def test_shape_and_dtype_mismatches(ops, data):

@@ -33,7 +33,7 @@ def test_simulator_typos_fail():
 @pytest.mark.parametrize(("system", "solver", "mode"), [("powerinfer", "ilp", "sparse"),
                                                         ("llamacpp", "layer_offload", "dense")])
 def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, system, solver, mode):
-    cfg = compose("config", overrides=[f"+experiment={experiment}",
+    cfg = compose("config", overrides=[f"experiment={experiment}",
                                        f"experiment/system={system}"],
                   return_hydra_config=True)
     assert cfg.hardware.name == hardware and cfg.simulator.name == "cost_model"
@@ -47,10 +47,10 @@ def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, system, s
 
 
 def test_paper_models_are_swept():
-    cfg = compose("config", overrides=["+experiment=pc_high_e2e"], return_hydra_config=True)
+    cfg = compose("config", overrides=["experiment=pc_high_e2e"], return_hydra_config=True)
     assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
         "opt_30b", "opt_66b", "opt_175b", "falcon_relu_40b", "llama_reglu_70b"}
-    cfg = compose("config", overrides=["+experiment=pc_low_e2e"], return_hydra_config=True)
+    cfg = compose("config", overrides=["experiment=pc_low_e2e"], return_hydra_config=True)
     assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
         "opt_13b", "opt_30b", "llama_reglu_13b", "bamboo_7b"}
 

@@ -1,0 +1,99 @@
+"""Every CLI task end to end through the one Hydra app (`powerbench.cli.main`)."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+
+from powerbench.cli import TASKS, main, task_overrides
+from powerbench.config import load_config
+from powerbench.pipeline import run_experiment
+
+
+def _runs(store: str, experiment: str):
+    mlflow.set_tracking_uri(store)
+    return mlflow.search_runs(experiment_names=[experiment])
+
+
+@pytest.mark.parametrize("task", ["run", *TASKS])
+def test_every_task_has_hydra_help(task, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*([] if task == "run" else [task]), "--help"])
+    assert done.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert f"powerbench {task.replace('-', '_')}:" in out and "== Config ==" in out
+
+
+def test_task_words_become_overrides():
+    assert task_overrides(["model=opt_13b"]) == ["model=opt_13b"]
+    assert task_overrides(["bench-decode", "task.rounds=3"]) == ["task=bench_decode",
+                                                                 "task.rounds=3"]
+    assert task_overrides(["figure", "pc_high_e2e", "pc_low_e2e"]) == [
+        "task=figure", "task.figures=[pc_high_e2e,pc_low_e2e]"]
+    assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
+    with pytest.raises(SystemExit, match="unexpected"):
+        task_overrides(["validate", "--rounds", "3"])
+
+
+def test_shape_only_model_is_simulated_end_to_end(tmp_path):
+    """run_experiment on a paper-scale shape-only model with the cost model: placement and
+    simulated speed logged, nothing measured, results on disk and in MLflow."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = load_config(["model=opt_13b", "hardware=pc_low", "solver=greedy",
+                       "simulator=cost_model", "~engine", f"tracking.uri={store}",
+                       "tracking.experiment=e2e"])
+    ctx = run_experiment(cfg, tmp_path / "out")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["sim_feasible"] == 1.0 and metrics["sim_decode_tokens_per_s"] > 0
+    assert 0 < metrics["gpu_neuron_load_share"] <= 1
+    assert "decode_tokens_per_s" not in metrics  # nothing measured: no weights
+    run = _runs(store, "e2e").iloc[0]
+    assert run["status"] == "FINISHED" and run["params.simulator.name"] == "cost_model"
+    assert run["metrics.sim_decode_tokens_per_s"] == pytest.approx(
+        ctx.metrics["sim_decode_tokens_per_s"])
+    assert (tmp_path / "out" / "config.yaml").read_text().count("opt_13b") >= 1
+
+
+def test_a_model_that_fits_nowhere_is_a_simulated_result_not_a_failure(tmp_path):
+    cfg = load_config(["model=opt_175b", "hardware=pc_low", "solver=greedy",
+                       "simulator=cost_model", "~engine", "tracking=disabled"])
+    ctx = run_experiment(cfg, tmp_path)
+    assert ctx.metrics["sim_feasible"] == 0.0 and ctx.metrics["placement_shortfall_gb"] > 0
+
+
+def test_simulator_without_a_placement_says_what_to_add(tmp_path):
+    cfg = load_config(["model=opt_13b", "simulator=cost_model", "tracking=disabled"])
+    with pytest.raises(ValueError, match="hardware=<name>.*solver=<name>"):
+        run_experiment(cfg, tmp_path)
+
+
+@pytest.mark.slow
+def test_tiny_relu_measured_and_simulated_through_the_cli(run_cli, tiny_overrides, tmp_path):
+    """`powerbench` on the (test-sized) tiny_relu: trained predictors, the sparse engine
+    measured, the same run simulated for a hardware profile, accuracy evaluated."""
+    run_cli([*tiny_overrides, "predictor=fixed", "predictor.rank=16",
+             "predictor.train.max_epochs=3", "engine=sparse_cpu", "hardware=pc_low",
+             "solver=greedy", "simulator=cost_model", "profiling.max_tokens=2048",
+             "profiling.samples_per_layer=512", "bench.prompt_tokens=16",
+             "bench.new_tokens=4", "bench.repeats=1", "bench.warmup=0",
+             "eval.max_tokens=1024", "eval.mc_items=10", "tracking.experiment=tiny",
+             f"hydra.run.dir={tmp_path / 'run'}"])
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    for key in ("decode_tokens_per_s", "sim_decode_tokens_per_s", "predictor_recall",
+                "perplexity", "gpu_neuron_load_share"):
+        assert key in metrics and metrics[key] > 0, key
+    assert 0 <= metrics["mc_accuracy"] <= 1
+    run = _runs(run_cli.store, "tiny").iloc[0]
+    assert run["status"] == "FINISHED" and run["tags.simulated"] == "true"
+    assert run["params.engine.name"] == "sparse_cpu" and run["params.task.name"] == "run"
+
+
+def test_multirun_sweep_is_one_parent_with_children(run_cli):
+    run_cli(["--multirun", "model=opt_13b,opt_30b", "hardware=pc_low", "solver=greedy",
+             "simulator=cost_model", "~engine", "tracking.experiment=sweep"])
+    runs = _runs(run_cli.store, "sweep")
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(children) == 2 and set(children["params.model.name"]) == {"opt_13b", "opt_30b"}
+    assert len(runs) == 3 and (runs["status"] == "FINISHED").all()
