@@ -17,6 +17,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from powerbench.paths import cache_dir
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = ("sparse_cpu_binding.cpp", "sparse_cpu_kernels.cpp", "thread_pool.cpp")
 CUDA_SOURCES = ("sparse_cuda_binding.cpp", "sparse_cuda_kernels.cu")
@@ -29,13 +31,9 @@ CPU_NAMESPACE = "powerbench_cpu"
 CUDA_NAMESPACE = "powerbench_cuda"
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def cache_root() -> Path:
-    env = os.environ.get("POWERBENCH_CACHE")
-    return Path(env) if env else repo_root() / ".cache"
+    """powerbench's cache directory ($POWERBENCH_CACHE, <checkout>/.cache, or ~/.cache)."""
+    return cache_dir()
 
 
 def extensions_dir() -> Path:

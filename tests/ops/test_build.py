@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from powerbench.ops import build
+from powerbench.paths import repo_root
 
 NVCC = build.find_nvcc()
 
@@ -17,7 +18,7 @@ NVCC = build.find_nvcc()
 def test_cache_dirs(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.delenv("POWERBENCH_CACHE", raising=False)
-    assert build.extensions_dir() == build.repo_root() / ".cache" / "torch_extensions"
+    assert build.extensions_dir() == repo_root() / ".cache" / "torch_extensions"
     monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path))
     assert build.extensions_dir() == tmp_path / "torch_extensions"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
