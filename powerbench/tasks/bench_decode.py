@@ -8,22 +8,19 @@ from pathlib import Path
 
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, group_config
-from powerbench.dataset import load_texts
 from powerbench.engine import build_prompt_batch
 from powerbench.engine.bench_decode import build_engines, format_table, run_decode_bench
-from powerbench.paths import cache_dir, results_dir
+from powerbench.paths import results_dir
 from powerbench.predictor import prepare_predictors
-from powerbench.profiling.store import load_or_profile
 from powerbench.tasks.config import BenchDecodeTask
+from powerbench.tasks.inputs import model_inputs
 
 
 def bench_decode(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) -> list:
     import pandas as pd
 
-    cache = cache_dir(cfg.cache_dir)
-    loaded = build(cfg.model, cache_dir=cache)
-    split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, cfg.profiling, split.name, cache)
+    inputs = model_inputs(cfg)
+    cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     names = sorted(set(task.predictors) | ({task.unfused} if task.unfused else set()))
     sets, pbytes = {}, {}
     for name in names:

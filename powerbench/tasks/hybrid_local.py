@@ -20,19 +20,17 @@ import torch
 
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container
-from powerbench.dataset import load_texts
 from powerbench.engine import build_engine, build_prompt_batch, run_engine
 from powerbench.engine.hybrid import require_cuda
 from powerbench.hardware import load_hardware
-from powerbench.paths import cache_dir
 from powerbench.predictor import build_predictors
-from powerbench.profiling.store import load_or_profile
 from powerbench.simulator import simulate
 from powerbench.simulator.config import PrefillConfig, PrefillMode, SimulatorConfig
 from powerbench.simulator.op_counts import count_ops
 from powerbench.simulator.twin import BYTES, compare
 from powerbench.solver import solve
 from powerbench.tasks.config import HybridLocalTask
+from powerbench.tasks.inputs import model_inputs
 
 SHOWN = ["decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct",
          "prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct",
@@ -54,10 +52,8 @@ def hybrid_local(task: HybridLocalTask, cfg: PowerbenchConfig, out_dir: Path) ->
         require_cuda()
     except RuntimeError as err:  # no GPU here: say so, without a traceback
         raise SystemExit(str(err)) from None
-    cache = cache_dir(cfg.cache_dir)
-    loaded = build(cfg.model, cache_dir=cache)
-    split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, cfg.profiling, split.name, cache)
+    inputs = model_inputs(cfg)
+    cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     hardware = cap_gpu(load_hardware(cfg.hardware), task.gpu_budget_mb * 1e6)
     dtype = cfg.engine.dtype or "fp16"
     placement = solve(cfg.solver, loaded.spec, profile, hardware, weight_dtype=dtype)

@@ -20,18 +20,16 @@ import torch
 
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, group_config
-from powerbench.dataset import load_texts
 from powerbench.engine.base import TORCH_DTYPES
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.model.spec import WeightDType
-from powerbench.paths import cache_dir
 from powerbench.predictor import build_predictors
-from powerbench.profiling.store import load_or_profile
 from powerbench.simulator.calibration import calibrate_local
 from powerbench.simulator.twin import EngineValidation, summary_table, validate_engine
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
+from powerbench.tasks.inputs import model_inputs
 
 
 def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
@@ -46,10 +44,8 @@ def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
 
 def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path
              ) -> list[EngineValidation]:
-    cache = cache_dir(cfg.cache_dir)
-    loaded = build(cfg.model, cache_dir=cache)
-    split = load_texts(cfg.dataset)
-    profile, _ = load_or_profile(loaded, split.train, cfg.profiling, split.name, cache)
+    inputs = model_inputs(cfg)
+    cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     local = load_hardware(cfg.hardware)
     dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
     bench = cfg.bench

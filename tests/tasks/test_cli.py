@@ -97,3 +97,49 @@ def test_multirun_sweep_is_one_parent_with_children(run_cli):
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     assert len(children) == 2 and set(children["params.model.name"]) == {"opt_13b", "opt_30b"}
     assert len(runs) == 3 and (runs["status"] == "FINISHED").all()
+
+
+FAST_TINY = ["profiling.max_tokens=2048", "profiling.samples_per_layer=512",
+             "bench.prompt_tokens=16", "bench.new_tokens=4", "bench.repeats=1",
+             "bench.warmup=0"]
+
+
+@pytest.mark.slow
+def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
+    out = tmp_path / "decode.csv"
+    run_cli(["bench-decode", *tiny_overrides, *FAST_TINY, "task.rounds=2",
+             "task.predictors=[oracle]", "task.unfused=null", f"task.out={out}"])
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert set(table["predictor"]) == {"none", "oracle"} and (table["decode_tokens_per_s"] > 0).all()
+    assert len(_runs(run_cli.store, "bench_decode")) == 1
+    assert "measured on this machine" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_validate_task(run_cli, tiny_overrides):
+    run_cli(["validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
+             "hardware.gemv_dim=512", "hardware.gemm_dim=128", "hardware.repeats=2",
+             "hardware.sync_iters=200", "task.rounds=1", "task.engines=[dense]",
+             "task.calibrate=false", "task.figure=false"])
+    runs = _runs(run_cli.store, "validation_local")
+    assert len(runs) == 1 and runs.iloc[0]["tags.hardware_variant"] == "profile"
+    assert runs.iloc[0]["metrics.sim_decode_tokens_per_s"] > 0
+    assert "metrics.sim_error_pct" in runs
+
+
+def test_bench_solver_task(run_cli, tmp_path):
+    out = tmp_path / "solver.csv"
+    run_cli(["bench-solver", "task.models=[opt_13b]", "task.hardware=[pc_low]",
+             "task.communication=[dense]", "task.solvers=[greedy]", f"task.out={out}"])
+    import pandas as pd
+
+    row = pd.read_csv(out).iloc[0]
+    assert row["model"] == "opt_13b" and row["solver"] == "greedy" and row["solve_time_s"] >= 0
+    assert out.with_suffix(".png").exists()
+
+
+def test_figure_task_without_runs_says_so(run_cli, capsys):
+    run_cli(["figure", "pc_low_e2e"])
+    assert "experiment=pc_low_e2e" in capsys.readouterr().out
