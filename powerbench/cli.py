@@ -7,7 +7,11 @@
     powerbench bench-solver [overrides...]      placement solvers at paper scale
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
+    powerbench sync                             upload runs queued while the server was down
     powerbench ui [URI]                         the command that opens MLflow's dashboard
+
+`--force` (= `rerun=true`) runs jobs that finished before; without it a re-run of a sweep
+skips them.
 
 `powerbench <task> ...` is `powerbench task=<task> ...`: every task gets a run directory,
 `--multirun`, `--cfg job`, `--help` and MLflow tracking. Task options live under `task.`
@@ -18,7 +22,9 @@ dataclasses once, here, and the task is built from it (`build(cfg.task, cfg, out
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,13 +36,16 @@ from powerbench.config import CONF_DIR, register_configs
 log = logging.getLogger("powerbench")
 
 TASKS = ("validate", "bench-decode", "bench-operators", "bench-solver", "hybrid-local", "figure",
-         "ui")
+         "sync", "ui")
 # bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
 POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}
 
 
 def task_overrides(argv: Sequence[str]) -> list[str]:
-    """`[<task>] args...` -> Hydra arguments with `task=<task>` (bare words -> its option)."""
+    """`[<task>] args...` -> Hydra arguments with `task=<task>` (bare words -> its option),
+    `--force` -> `rerun=true`."""
+    if "--force" in argv:
+        return [*task_overrides([a for a in argv if a != "--force"]), "rerun=true"]
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])
@@ -64,8 +73,16 @@ def _app(cfg: DictConfig) -> object:
     return build(config.task, config, out_dir)
 
 
+def _killed(signum: int, frame: object) -> None:
+    from powerbench.tracking.tracker import JobKilled
+
+    raise JobKilled(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _killed)  # a scheduler's kill: the run ends KILLED
     args = task_overrides(sys.argv[1:] if argv is None else argv)
     sys.argv = [sys.argv[0] if sys.argv else "powerbench", *args]
     register_configs()

@@ -37,8 +37,8 @@ class RunContext:
         """Keep, log and persist metrics right away."""
         clean = {k: float(v) for k, v in metrics.items() if v is not None}
         self.metrics.update(clean)
-        self.tracker.log_metrics(clean)
         (self.out_dir / "metrics.json").write_text(json.dumps(self.metrics, indent=1))
+        self.tracker.log_metrics(clean)  # after the file: tracking never costs a result
 
     def artifact(self, path: Path, subdir: str | None = None) -> None:
         self.tracker.log_artifact(path, subdir)
@@ -160,7 +160,8 @@ def stage_eval(ctx: RunContext, loaded, split, predictors=None):
 
 # ---- driver -------------------------------------------------------------------------------
 
-def run_experiment(cfg: PowerbenchConfig, out_dir: Path) -> RunContext:
+def run_experiment(cfg: PowerbenchConfig, out_dir: Path,
+                   tags: dict[str, str] | None = None) -> RunContext:
     """Run the pipeline for the typed `cfg`, results under `out_dir` and in MLflow."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker: Tracker = build(cfg.tracking)
@@ -169,7 +170,8 @@ def run_experiment(cfg: PowerbenchConfig, out_dir: Path) -> RunContext:
     run_name = "-".join(str(v) for v in choices.values() if v is not None)
     ctx = RunContext(cfg=cfg, cache=cache, out_dir=out_dir, tracker=tracker)
     (out_dir / "config.yaml").write_text(as_yaml(cfg))
-    with tracker.run(run_name, tags={f"cfg_{k}": str(v) for k, v in choices.items()}):
+    run_tags = {**{f"cfg_{k}": str(v) for k, v in choices.items()}, **(tags or {})}
+    with tracker.run(run_name, tags=run_tags):
         tracker.log_params(as_container(cfg))
         tracker.log_artifact(out_dir / "config.yaml")
         run_stages(ctx)

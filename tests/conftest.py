@@ -70,14 +70,17 @@ def hydra_conf():
 
 @pytest.fixture
 def run_cli(tmp_path):
-    """`run_cli(argv)`: `powerbench <argv>` in this process, its run directory and MLflow
-    store under tmp_path (`tracking.uri` and `hydra.run.dir` added unless given)."""
+    """`run_cli(argv)`: `powerbench <argv>` in this process, its cache, run directory and
+    MLflow store under tmp_path (`cache_dir`, `tracking.uri`, `hydra.run.dir` added unless
+    given)."""
     from powerbench.cli import main
 
     calls = []
 
     def run(argv: list[str]) -> None:
         args = list(argv)
+        if not any(a.startswith("cache_dir=") for a in args):  # job ledger, profiles: fresh
+            args.append(f"cache_dir={tmp_path / 'cache'}")
         if not any(a.startswith("tracking.uri=") or a.startswith("tracking=") for a in args):
             args.append(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
         if not any(a.startswith("hydra.run.dir=") for a in args):

@@ -44,6 +44,7 @@ class EvalConfig:
 class PowerbenchConfig:
     name: str = "default"
     seed: int = 0
+    rerun: bool = False  # run a job even if the same config finished before (--force)
     cache_dir: str | None = None  # default: powerbench.paths.cache_dir()
     model: Any = MISSING
     dataset: Any = MISSING

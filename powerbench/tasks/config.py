@@ -114,6 +114,14 @@ class HybridLocalTask:
 
 
 @dataclass
+class SyncTask:
+    """Upload the runs queued while the tracking server was unreachable."""
+
+    _target_: str = "powerbench.tasks.sync.sync"
+    name: str = "sync"
+
+
+@dataclass
 class UiTask:
     """Print the command that opens MLflow's dashboard on the tracking store."""
 
@@ -123,4 +131,4 @@ class UiTask:
 
 SCHEMAS = {"run": RunTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
-           "hybrid_local": HybridLocalTask, "figure": FigureTask, "ui": UiTask}
+           "hybrid_local": HybridLocalTask, "figure": FigureTask, "sync": SyncTask, "ui": UiTask}

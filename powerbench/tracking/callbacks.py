@@ -1,4 +1,9 @@
-"""Hydra callback: a multirun becomes one MLflow parent run with one child per job."""
+"""Hydra callback: a multirun becomes one MLflow parent run with one child per job.
+
+The parent is created before the first job (queued on disk if the server is down; its
+children then point at it by queue id) and ends with tags saying how many children
+finished, were skipped (finished in an earlier run of the same sweep) or failed.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from powerbench.tracking.tracker import PARENT_RUN_ENV, Tracker
+from powerbench.tracking.queue import QUEUE_TAG, RunRecord
+from powerbench.tracking.tracker import PARENT_QUEUE_ENV, PARENT_RUN_ENV, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +33,7 @@ class MlflowSweepCallback(Callback):
 
     def __init__(self) -> None:
         self.tracker: Tracker | None = None
-        self.parent_run_id: str | None = None
+        self.record: RunRecord | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         tracker = _tracker(config)
@@ -37,14 +43,47 @@ class MlflowSweepCallback(Callback):
 
         overrides = " ".join(config.hydra.overrides.task)
         tags = dict(machine_tags(), sweep="true", sweep_overrides=overrides)
-        run = tracker.client.create_run(tracker.experiment_id(),
-                                        run_name=f"sweep:{config.get('name', 'powerbench')}",
-                                        tags=tags)
-        self.tracker, self.parent_run_id = tracker, run.info.run_id
-        os.environ[PARENT_RUN_ENV] = self.parent_run_id
-        log.info("MLflow parent run %s for this sweep", self.parent_run_id)
+        self.tracker = tracker
+        self.record = RunRecord(uri=tracker.uri, experiment=tracker.experiment,
+                                run_name=f"sweep:{config.get('name', 'powerbench')}", tags=tags)
+        os.environ[PARENT_QUEUE_ENV] = self.record.queue_id
+        if tracker.reachable():
+            run = tracker.client.create_run(tracker.experiment_id(),
+                                            run_name=self.record.run_name,
+                                            tags=dict(tags, **{QUEUE_TAG: self.record.queue_id}))
+            self.record.server_run_id = run.info.run_id
+            os.environ[PARENT_RUN_ENV] = run.info.run_id
+            log.info("MLflow parent run %s for this sweep", run.info.run_id)
+        else:
+            self.record.save()
+            log.warning("tracking server %s unreachable: the sweep's runs are queued in %s; "
+                        "`powerbench sync` uploads them", tracker.uri, self.record.path.parent)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self.tracker and self.parent_run_id:
-            self.tracker.client.set_terminated(self.parent_run_id, "FINISHED")
-            os.environ.pop(PARENT_RUN_ENV, None)
+        from powerbench.tracking.jobs import sweep_counts
+
+        counts = sweep_counts(config.hydra.sweep.dir)
+        if counts["skipped"]:
+            print(f"skipped {counts['skipped']} of {counts['total']} finished jobs "
+                  "(rerun=true or --force runs them again)")
+        os.environ.pop(PARENT_RUN_ENV, None)
+        os.environ.pop(PARENT_QUEUE_ENV, None)
+        if self.tracker is None or self.record is None:
+            return
+        done = counts["finished"] + counts["skipped"]
+        status = "FINISHED" if done == counts["total"] else "FAILED"
+        tags = {f"children_{k}": str(v) for k, v in counts.items()}
+        tags["sweep_status"] = f"{done} of {counts['total']} children finished"
+        self.record.tags.update(tags)
+        self.record.status = status
+        run_id = self.record.server_run_id
+        try:
+            if run_id is None:
+                raise ConnectionError("parent run is queued")
+            for key, value in tags.items():
+                self.tracker.client.set_tag(run_id, key, value)
+            self.tracker.client.set_terminated(run_id, status)
+            self.record.discard()
+        except Exception as err:  # noqa: BLE001 - server down at the end: queue the parent
+            log.warning("sweep parent run queued (%s)", err)
+            self.record.save()

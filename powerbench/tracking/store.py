@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -33,3 +34,49 @@ def ui_command(uri: str) -> str:
         parts[0] = str(venv_mlflow.relative_to(Path.cwd())) if venv_mlflow.is_relative_to(
             Path.cwd()) else str(venv_mlflow)
     return shlex.join(parts)
+
+
+class TrackingStoreError(RuntimeError):
+    """The tracking store cannot be written (named in the message)."""
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///...` URI (None for other stores)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def check_writable(uri: str) -> None:
+    """Fail at once, naming the path, when a local store cannot be created or written."""
+    path = sqlite_path(uri)
+    if path is None and uri.startswith(("file:", "/")):
+        path = Path(uri.removeprefix("file://")) / "meta.yaml"
+    if path is None:
+        return
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TrackingStoreError(f"tracking store {uri}: cannot create {folder}: "
+                                 f"{err.strerror or err}") from err
+    target = path if path.exists() else folder
+    if not os.access(target, os.W_OK):
+        raise TrackingStoreError(f"tracking store {uri}: {target} is not writable "
+                                 "(set tracking.uri to a writable path, or tracking=disabled)")
+
+
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def server_reachable(uri: str, timeout_s: float = 3.0) -> bool:
+    """One probe of a tracking server (no retries): any HTTP answer counts as up."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False

@@ -1,4 +1,11 @@
-"""MLflow tracking: one run per experiment job, children of a sweep's parent run."""
+"""MLflow tracking: one run per job, children of a sweep's parent run; never costs a result.
+
+A local store that cannot be written fails at once, naming the path. A tracking server
+that does not answer one probe (<= 3 s, no retries) puts the tracker OFFLINE: the job
+computes anyway and its run is queued on disk (powerbench.tracking.queue); a server call
+that fails mid-run does the same. `powerbench sync`, or the next run against that store,
+uploads queued runs without duplicates.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +20,21 @@ from typing import Any
 
 from powerbench.tracking.config import TrackingConfig
 from powerbench.tracking.provenance import machine_tags
-from powerbench.tracking.store import default_artifact_root, resolve_uri
+from powerbench.tracking.queue import QUEUE_TAG, RunRecord, sync_queue
+from powerbench.tracking.store import (
+    check_writable,
+    default_artifact_root,
+    is_remote,
+    resolve_uri,
+    server_reachable,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 MAX_PARAM_VALUE = 6000  # MLflow 3 param value length limit
 PARENT_RUN_ENV = "POWERBENCH_PARENT_RUN_ID"
+PARENT_QUEUE_ENV = "POWERBENCH_PARENT_QUEUE_ID"  # a sweep whose parent run is queued
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -49,8 +64,12 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
                                     f"{artifact_root}/{name}")
 
 
+class JobKilled(BaseException):
+    """Raised in a job by SIGTERM (powerbench.cli installs the handler): its run ends KILLED."""
+
+
 class Tracker:
-    """Thin wrapper over an MLflow client bound to one store and experiment."""
+    """One MLflow store and experiment; runs logged online, or queued when it is down."""
 
     def __init__(self, cfg: TrackingConfig | None = None) -> None:
         cfg = cfg if cfg is not None else TrackingConfig()
@@ -58,7 +77,13 @@ class Tracker:
         self.experiment = cfg.experiment
         self.enabled = cfg.enabled
         self.run_id: str | None = None
+        self.record: RunRecord | None = None
+        self.offline = False
         self._client = None
+        if self.enabled and is_remote(self.uri):
+            # fail fast on a dead server: one try, a short timeout (default: 7 retries)
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
     @property
     def client(self):
@@ -71,40 +96,96 @@ class Tracker:
     def experiment_id(self) -> str:
         return ensure_experiment(self.client, self.experiment, self.uri)
 
+    def reachable(self) -> bool:
+        """The store can take runs now (local stores: writable, else TrackingStoreError)."""
+        if not is_remote(self.uri):
+            check_writable(self.uri)
+            return True
+        return server_reachable(self.uri)
+
     @contextmanager
     def run(self, run_name: str, parent_run_id: str | None = None,
             tags: Mapping[str, str] | None = None) -> Iterator[Tracker]:
-        """Start a run (child of `parent_run_id` or $POWERBENCH_PARENT_RUN_ID); finish it
-        FAILED if the body raises, after everything logged so far is stored."""
+        """Start a run (child of `parent_run_id` or $POWERBENCH_PARENT_RUN_ID); it ends
+        FINISHED, FAILED if the body raises, KILLED if interrupted, after everything logged
+        so far is stored (on the server, or queued on disk when it is unreachable)."""
         if not self.enabled:
             yield self
             return
         parent_run_id = parent_run_id or os.environ.get(PARENT_RUN_ENV)
         all_tags = dict(machine_tags(), **(tags or {}))
-        if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
-        run = self.client.create_run(self.experiment_id(), run_name=run_name, tags=all_tags)
-        self.run_id = run.info.run_id
+        self.record = RunRecord(uri=self.uri, experiment=self.experiment, run_name=run_name,
+                                parent_run_id=parent_run_id,
+                                parent_queue_id=os.environ.get(PARENT_QUEUE_ENV))
+        self.offline = not self.reachable()
+        if self.offline:
+            log.warning("tracking server %s unreachable: this run is queued in %s; "
+                        "`powerbench sync` uploads it when the server is back",
+                        self.uri, self.record.path)
+        else:
+            self._sync_queue()
+            self._online(lambda: self._create(run_name, parent_run_id, all_tags))
+        self.set_tags(all_tags)
+        status = "FAILED"
         try:
             yield self
-        except BaseException:
-            self.client.set_terminated(self.run_id, "FAILED")
+            status = "FINISHED"
+        except (JobKilled, KeyboardInterrupt):  # Ctrl-C, or SIGTERM from a scheduler
+            status = "KILLED"
             raise
-        else:
-            self.client.set_terminated(self.run_id, "FINISHED")
+        finally:
+            self.record.status = status
+            if not self.offline:
+                self._online(lambda: self.client.set_terminated(self.run_id, status))
+            if self.offline:
+                self.record.save()
+
+    def _create(self, run_name: str, parent_run_id: str | None,
+                tags: Mapping[str, str]) -> None:
+        tags = dict(tags, **{QUEUE_TAG: self.record.queue_id})
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags)
+        self.run_id = self.record.server_run_id = run.info.run_id
+
+    def _online(self, call) -> None:
+        """Make a server call; if it fails, go offline (the record keeps everything)."""
+        if self.offline:
+            return
+        try:
+            call()
+        except Exception as err:  # noqa: BLE001 - any server failure: keep the result locally
+            self.offline = True
+            log.warning("tracking server %s failed (%s): the rest of this run is queued in "
+                        "%s; `powerbench sync` uploads it", self.uri, err, self.record.path)
+
+    def _sync_queue(self) -> None:
+        try:
+            report = sync_queue(self.uri)
+        except Exception as err:  # noqa: BLE001 - syncing old runs never stops a new one
+            log.warning("could not upload queued runs to %s: %s", self.uri, err)
+            return
+        if report.uploaded or report.completed:
+            log.info("uploaded %d queued run(s) to %s", report.uploaded + report.completed,
+                     self.uri)
 
     # ---- logging ------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        if not (self.enabled and self.run_id):
+        if not (self.enabled and self.record):
             return
         from mlflow.entities import Param
 
         flat = flatten(params)
-        for batch in chunks(sorted(flat.items()), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in batch])
+        self.record.params.update(flat)
+
+        def send() -> None:
+            for batch in chunks(sorted(flat.items()), MAX_PARAMS_PER_BATCH):
+                self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in batch])
+
+        self._online(send)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
-        if not (self.enabled and self.run_id):
+        if not (self.enabled and self.record):
             return
         import time
 
@@ -113,19 +194,27 @@ class Tracker:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()
                  if v is not None and math.isfinite(float(v))]
-        for batch in chunks(items, 1000):
-            self.client.log_batch(self.run_id, metrics=batch)
+        self.record.metrics += [(m.key, m.value, m.timestamp, m.step) for m in items]
+
+        def send() -> None:
+            for batch in chunks(items, 1000):
+                self.client.log_batch(self.run_id, metrics=batch)
+
+        self._online(send)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        if not (self.enabled and self.run_id):
+        if not (self.enabled and self.record):
             return
-        for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, str(value))
+        values = {k: str(v) for k, v in tags.items()}
+        self.record.tags.update(values)
+        self._online(lambda: [self.client.set_tag(self.run_id, k, v) for k, v in values.items()])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        if self.enabled and self.run_id:
-            self.client.log_artifact(self.run_id, str(path), artifact_path)
+        if self.enabled and self.record:
+            self.record.artifacts.append((str(path), artifact_path))
+            self._online(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        if self.enabled and self.run_id:
-            self.client.log_text(self.run_id, text, artifact_file)
+        if self.enabled and self.record:
+            self.record.texts.append((text, artifact_file))
+            self._online(lambda: self.client.log_text(self.run_id, text, artifact_file))
