@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 # The hubs are unreachable on the reference machines: fail fast instead of retrying.
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint clean mlflow-server
 
 setup: $(STAMP)
 
@@ -22,6 +22,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/ruff check powerbench tests experiments
 	$(OFFLINE) $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# A shared MLflow server on PostgreSQL (Debian's postgresql, installed when missing), on
+# loopback port 5000 with PostgreSQL on 5433; data in .cache/mlflow-server. Ctrl-C stops it.
+mlflow-server: $(STAMP)
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
+	$(VENV)/bin/powerbench mlflow-server $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check powerbench tests experiments

@@ -8,6 +8,7 @@
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
     powerbench sync                             upload runs queued while the server was down
+    powerbench mlflow-server                    a shared MLflow server on PostgreSQL
     powerbench ui [URI]                         the command that opens MLflow's dashboard
 
 `--force` (= `rerun=true`) runs jobs that finished before; without it a re-run of a sweep
@@ -36,7 +37,7 @@ from powerbench.config import CONF_DIR, register_configs
 log = logging.getLogger("powerbench")
 
 TASKS = ("validate", "bench-decode", "bench-operators", "bench-solver", "hybrid-local", "figure",
-         "sync", "ui")
+         "sync", "mlflow-server", "ui")
 # bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
 POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}
 
@@ -61,14 +62,38 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     return [f"task={name.replace('-', '_')}", *others]
 
 
+def job_threads(launcher: DictConfig, cores: int) -> int | None:
+    """Threads one job of a parallel sweep may use: the launcher's cpus_per_task (submitit,
+    SLURM), else cores / n_jobs (joblib); None for the one-at-a-time basic launcher."""
+    cpus = launcher.get("cpus_per_task")
+    if cpus:
+        return int(cpus)
+    jobs = launcher.get("n_jobs")
+    if jobs is None:
+        return None
+    jobs = cores if jobs < 1 else min(int(jobs), cores)  # joblib: -1 = every core
+    return max(1, cores // jobs)
+
+
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig) -> object:
+    import os
+
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from powerbench.build import build
     from powerbench.config import typed
 
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        threads = job_threads(hydra_cfg.launcher, os.cpu_count() or 1)
+        if threads:  # parallel jobs must not oversubscribe the cores
+            import torch
+
+            torch.set_num_threads(threads)
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+    out_dir = Path(hydra_cfg.runtime.output_dir)
     config = typed(cfg)  # the one conversion: typed dataclasses from here down
     return build(config.task, config, out_dir)
 

@@ -122,6 +122,18 @@ class SyncTask:
 
 
 @dataclass
+class MlflowServerTask:
+    """A shared MLflow server on PostgreSQL (loopback by default), until interrupted."""
+
+    _target_: str = "powerbench.tasks.mlflow_server.mlflow_server"
+    name: str = "mlflow_server"
+    host: str = "127.0.0.1"
+    port: int = 5000
+    pg_port: int = 5433
+    data_dir: str | None = None  # PostgreSQL cluster + artifacts (None: <cache>/mlflow-server)
+
+
+@dataclass
 class UiTask:
     """Print the command that opens MLflow's dashboard on the tracking store."""
 
@@ -131,4 +143,5 @@ class UiTask:
 
 SCHEMAS = {"run": RunTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
-           "hybrid_local": HybridLocalTask, "figure": FigureTask, "sync": SyncTask, "ui": UiTask}
+           "hybrid_local": HybridLocalTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
+           "ui": UiTask}

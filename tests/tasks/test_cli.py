@@ -143,3 +143,35 @@ def test_bench_solver_task(run_cli, tmp_path):
 def test_figure_task_without_runs_says_so(run_cli, capsys):
     run_cli(["figure", "pc_low_e2e"])
     assert "experiment=pc_low_e2e" in capsys.readouterr().out
+
+
+def test_parallel_jobs_split_the_cores():
+    from omegaconf import OmegaConf
+
+    from powerbench.cli import job_threads
+
+    assert job_threads(OmegaConf.create({"n_jobs": 2}), cores=8) == 4
+    assert job_threads(OmegaConf.create({"n_jobs": -1}), cores=8) == 1
+    assert job_threads(OmegaConf.create({"n_jobs": 16}), cores=2) == 1
+    assert job_threads(OmegaConf.create({"cpus_per_task": 6}), cores=64) == 6
+    assert job_threads(OmegaConf.create({"_target_": "basic"}), cores=8) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["parallel", "submitit_local"])
+def test_sweep_through_a_launcher(run_cli, launcher, capsys):
+    """The joblib preset and submitit's local executor (the SLURM launcher's local twin)
+    run a 2-job sweep into one parent run; a re-run skips both jobs."""
+    args = ["--multirun", f"hydra/launcher={launcher}", "model=opt_13b", "hardware=pc_low",
+            "solver=greedy", "simulator=cost_model", "~engine", "bench.new_tokens=8,16",
+            f"tracking.experiment={launcher}"]
+    if launcher == "submitit_local":
+        args += ["hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
+    run_cli(args)
+    runs = _runs(run_cli.store, launcher)
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert sorted(children["params.bench.new_tokens"].astype(int)) == [8, 16]
+    assert (children["status"] == "FINISHED").all()
+    capsys.readouterr()
+    run_cli(args)
+    assert "skipped 2 of 2 finished jobs" in capsys.readouterr().out
