@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The default experiment: `powerbench tour` (measured dense vs sparse + simulated placement).
 run: $(STAMP)
-	$(OFFLINE) $(VENV)/bin/powerbench $(ARGS)
+	$(OFFLINE) $(VENV)/bin/powerbench tour $(ARGS)
 
 test: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/ruff check powerbench tests experiments

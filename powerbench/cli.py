@@ -1,6 +1,7 @@
 """`powerbench`: one Hydra app; the task (conf/task) says what an invocation does.
 
     powerbench [overrides...]                   task=run: the experiment pipeline
+    powerbench tour [overrides...]              the whole idea in one table (make run)
     powerbench validate [overrides...]          measured vs simulated on hardware=local
     powerbench bench-decode [overrides...]      decode tokens/s, dense vs sparse, side by side
     powerbench bench-operators [overrides...]   sparse operators vs torch dense
@@ -36,7 +37,7 @@ from powerbench.config import CONF_DIR, register_configs
 
 log = logging.getLogger("powerbench")
 
-TASKS = ("validate", "bench-decode", "bench-operators", "bench-solver", "hybrid-local", "figure",
+TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "hybrid-local", "figure",
          "sync", "mlflow-server", "ui")
 # bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
 POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}

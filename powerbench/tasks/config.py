@@ -20,6 +20,21 @@ class RunTask:
 
 
 @dataclass
+class TourTask:
+    """The whole idea in one table (`make run`): measured dense vs sparse on this machine,
+    simulated placement and speed for a paper-scale model on a hardware profile."""
+
+    _target_: str = "powerbench.tasks.tour.tour"
+    name: str = "tour"
+    rounds: int = 9  # interleaved dense / sparse decode rounds
+    backend: str = "sparse_cpu"
+    eval_tokens: int = 8192  # held-out tokens for perplexity (dense and sparse)
+    mc_items: int = 100
+    sim_model: str = "opt_30b"  # conf/model option (shape-only: simulated)
+    sim_hardware: str = "pc_high"
+
+
+@dataclass
 class ValidateTask:
     """Measured engines vs their simulated twins on hardware=local."""
 
@@ -141,7 +156,7 @@ class UiTask:
     name: str = "ui"
 
 
-SCHEMAS = {"run": RunTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
+SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
            "hybrid_local": HybridLocalTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
            "ui": UiTask}

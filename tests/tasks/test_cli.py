@@ -175,3 +175,21 @@ def test_sweep_through_a_launcher(run_cli, launcher, capsys):
     capsys.readouterr()
     run_cli(args)
     assert "skipped 2 of 2 finished jobs" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_tour_measures_and_simulates_in_one_table(run_cli, tiny_overrides, tmp_path, capsys):
+    run_cli(["tour", *tiny_overrides, *FAST_TINY, "predictor=fixed", "predictor.rank=16",
+             "predictor.train.max_epochs=3", "task.rounds=2", "task.eval_tokens=512",
+             "task.mc_items=5", "task.sim_model=opt_13b", "task.sim_hardware=pc_low",
+             f"hydra.run.dir={tmp_path / 'tour'}"])
+    out = capsys.readouterr().out
+    assert "MEASURED on this machine's CPU" in out and "SIMULATED (cost model)" in out
+    assert "llama.cpp (layer offload, dense)" in out and "PowerInfer (ILP placement" in out
+    metrics = json.loads((tmp_path / "tour" / "metrics.json").read_text())
+    for key in ("dense_decode_tokens_per_s", "sparse_decode_tokens_per_s",
+                "predictor_recall", "sim_powerinfer_tokens_per_s", "sim_llamacpp_tokens_per_s"):
+        assert metrics[key] > 0, key
+    assert 0 <= metrics["sim_powerinfer_gpu_neuron_load_share"] <= 1
+    run = _runs(run_cli.store, "tour").iloc[0]
+    assert run["status"] == "FINISHED"
