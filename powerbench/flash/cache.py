@@ -217,6 +217,22 @@ class SegmentedNeuronCache:
             self.stats.bypassed += int(units.size) - n
         return out
 
+    def preload(self, layer: int, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Warm start: put `units` (most valuable first) into free LRU slots of `layer`,
+        without evicting or counting; the first listed is the most recently used.
+        Returns (units placed, their slots)."""
+        units = np.asarray(units, dtype=np.int64)
+        units = units[self.slot_of[layer, units] < 0]
+        a, b = self.lru_range[layer]
+        free = a + np.flatnonzero(self.owner[a:b] < 0)
+        n = min(units.size, free.size)
+        units, slots = units[:n], free[:n]
+        self.owner[slots] = units
+        self.slot_of[layer, units] = slots
+        self.last_used[slots] = self.tick + np.arange(n)[::-1]
+        self.tick += n
+        return units, slots
+
     def access(self, layer: int, units: Sequence[int] | np.ndarray) -> tuple[int, int]:
         """lookup + admit, for traces (repeats dropped, order kept): returns (hits, misses)."""
         units = np.array(list(dict.fromkeys(int(u) for u in units)), dtype=np.int64)

@@ -5,7 +5,8 @@ default), written once from the model's weights and reused while it checks out. 
 holds a segmented neuron cache (`powerbench.flash.cache`) of `dram_budget_gb` (or
 `dram_budget_fraction` of the FFN's weight bytes): a pinned hot segment, chosen from the
 `ActivationProfile` counts when a `profile` is offered (else the whole budget is LRU),
-and per-layer LRU segments. Each call: the predictors' active set, the cache lookup,
+and per-layer LRU segments, warm-started (`preload_lru`) with each layer's next most
+frequent clusters. Each call: the predictors' active set, the cache lookup,
 page-cache-bypassing reads of the missing clusters by an I/O pool, overlapped with the
 resident neurons' compute (`pipeline`), then the rest (`powerbench.flash.pipeline`).
 
@@ -69,7 +70,7 @@ class FlashFFN:
                  cluster_neurons: int | None = None, io_threads: int = 4,
                  bundled: bool = True, pipeline: bool = True, direct: bool = True,
                  backend: str = "sparse_cpu", dense_from_rows: int = 32,
-                 max_read_kb: int = 1024, verify: Verify = "header",
+                 max_read_kb: int = 1024, verify: Verify = "header", preload_lru: bool = True,
                  profile: Any = None, loaded: Any = None) -> None:
         if predictors is None:
             raise ValueError("engine=flash computes the neurons a predictor chooses: run it "
@@ -128,8 +129,14 @@ class FlashFFN:
                                       overlap=pipeline)
         t0 = time.perf_counter()
         self.pipeline.load_hot()
-        self.hot_load_s = time.perf_counter() - t0
-        self.hot_load_bytes = self.reader.stats.bytes_read
+        if preload_lru and freqs is not None:  # warm start: the next most frequent clusters
+            for layer in range(g.n_layers):
+                order = np.argsort(-freqs[layer], kind="stable")
+                units, slots = self.cache.preload(layer, order[: len(plan.hot[layer])
+                                                              + plan.lru[layer]])
+                self.pipeline.load(layer, units, slots)
+        self.load_s = time.perf_counter() - t0  # start-up reads (hot + warm LRU)
+        self.load_bytes = self.reader.stats.bytes_read
         self.d_ffn = g.d_ffn
         self.n_layers = g.n_layers
         self._reset_counters()

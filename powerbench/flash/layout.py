@@ -168,20 +168,6 @@ class LayoutGeometry:
         lengths = np.full(offsets.size, self.part_stride, dtype=np.int64)
         return offsets.ravel(), lengths, dest.ravel()  # part-major: ascending file offsets
 
-    def stage_parts(self, stage: Tensor, n: int) -> Tensor:
-        """View the first `n` staged clusters (uint8 [>= n * cluster_bytes]) as
-        [n_parts, n * cluster_neurons, d_model] in the weights' dtype (a strided view)."""
-        cn, d = self.cluster_neurons, self.d_model
-        raw = stage[: n * self.cluster_bytes].view(n, self.cluster_bytes)
-        if self.bundled:
-            body = raw[:, : cn * self.bundle_bytes].view(self.torch_dtype)
-            return body.view(n, cn, self.n_parts, d).permute(2, 0, 1, 3).reshape(
-                self.n_parts, n * cn, d)
-        body = raw.view(n, self.n_parts, self.part_stride)[:, :, : cn * self.row_bytes]
-        body = body.contiguous().view(self.torch_dtype)
-        return body.view(n, self.n_parts, cn, d).permute(1, 0, 2, 3).reshape(
-            self.n_parts, n * cn, d)
-
 
 @dataclass(frozen=True)
 class LayoutHeader:
@@ -420,6 +406,19 @@ def ensure_layout(path: str | os.PathLike, layers: Sequence[LayerFFN], geometry:
     return header, True
 
 
+def _file_parts(g: LayoutGeometry, raw: np.ndarray) -> tuple[Tensor, ...]:
+    """One layer's bytes in file order -> its parts, [d_ffn, d_model] each (copies)."""
+    cn, rb, nc = g.cluster_neurons, g.row_bytes, g.n_clusters
+    if g.bundled:
+        body = raw.reshape(nc, g.cluster_bytes)[:, : cn * g.bundle_bytes]
+        rows = [body.reshape(nc, cn, g.n_parts, rb)[:, :, p] for p in range(g.n_parts)]
+    else:
+        body = raw.reshape(g.n_parts, nc, g.part_stride)[:, :, : cn * rb]
+        rows = [body[p].reshape(nc, cn, rb) for p in range(g.n_parts)]
+    return tuple(torch.from_numpy(np.ascontiguousarray(r).reshape(nc * cn, rb)[: g.d_ffn])
+                 .view(g.torch_dtype) for r in rows)
+
+
 def read_layout(path: str | os.PathLike) -> tuple[LayoutHeader, list[LayerFFN]]:
     """Every layer back as tensors (buffered reads; for checks and tests)."""
     header = read_header(path)
@@ -428,9 +427,8 @@ def read_layout(path: str | os.PathLike) -> tuple[LayoutHeader, list[LayerFFN]]:
     with open(path, "rb") as f:
         for off in header.layer_offsets:
             f.seek(off)
-            raw = torch.frombuffer(bytearray(f.read(g.layer_bytes)), dtype=torch.uint8)
-            parts = g.stage_parts(raw, g.n_clusters)[:, : g.d_ffn]
-            layers.append(LayerFFN(tuple(p.clone() for p in parts)))
+            raw = np.frombuffer(f.read(g.layer_bytes), dtype=np.uint8)
+            layers.append(LayerFFN(_file_parts(g, raw)))
         if g.has_bias:
             f.seek(header.bias_offset)
             vec = torch.frombuffer(bytearray(f.read(g.bias_bytes)), dtype=torch.float32)
