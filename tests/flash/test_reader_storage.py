@@ -1,0 +1,107 @@
+"""The O_DIRECT reader (coalescing, fallback) and the storage microbenchmark."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+from powerbench.flash import reader as reader_mod
+from powerbench.flash.reader import DirectReader, aligned_buffer, coalesce
+from powerbench.hardware.storage import measure_storage
+
+BLOCK = 4096
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    data = np.random.default_rng(0).integers(0, 256, size=64 * BLOCK, dtype=np.uint8)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data.tobytes())
+    return path, data
+
+
+def test_coalescing_merges_only_file_neighbours():
+    offs = np.array([8, 0, 4, 20]) * BLOCK
+    lens = np.full(4, BLOCK)
+    dests = np.array([2, 0, 1, 3]) * BLOCK
+    ops = coalesce(offs, lens, dests)
+    assert [op.file_offset for op in ops] == [0, 4 * BLOCK, 8 * BLOCK, 20 * BLOCK]
+    # blocks 0 and 4 are not adjacent; a run 4, 5 (two pieces in other buffer places) is
+    ops = coalesce(np.array([4, 5, 6]) * BLOCK, np.full(3, BLOCK), np.array([3, 0, 1]) * BLOCK)
+    assert len(ops) == 1 and ops[0].pieces == ((3 * BLOCK, BLOCK), (0, 2 * BLOCK))
+    assert ops[0].nbytes == 3 * BLOCK
+    capped = coalesce(np.arange(10) * BLOCK, np.full(10, BLOCK), np.arange(10) * BLOCK,
+                      max_read_bytes=3 * BLOCK)
+    assert [op.nbytes for op in capped] == [3 * BLOCK] * 3 + [BLOCK]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_reads_land_where_asked(data_file, threads):
+    path, data = data_file
+    blocks = np.array([7, 3, 4, 5, 60, 12])
+    dest = aligned_buffer(len(blocks) * BLOCK)
+    assert dest.ctypes.data % BLOCK == 0
+    with DirectReader(path, io_threads=threads) as r:
+        assert r.direct
+        r.read(blocks * BLOCK, np.full(blocks.size, BLOCK), np.arange(blocks.size) * BLOCK, dest)
+        assert r.stats.bytes_read == blocks.size * BLOCK
+        assert r.stats.reads == 4  # 3, 4, 5 coalesced
+    for i, b in enumerate(blocks):
+        assert np.array_equal(dest[i * BLOCK:(i + 1) * BLOCK], data[b * BLOCK:(b + 1) * BLOCK])
+
+
+def test_falls_back_with_a_warning_where_o_direct_is_refused(data_file, monkeypatch):
+    path, data = data_file
+    real = reader_mod._open
+
+    def refuse(p, flags):
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(p, flags)
+
+    monkeypatch.setattr(reader_mod, "_open", refuse)
+    with pytest.warns(RuntimeWarning, match="O_DIRECT refused"):
+        r = DirectReader(path, io_threads=2)
+    dest = aligned_buffer(BLOCK)
+    r.read(np.array([BLOCK * 9]), np.array([BLOCK]), np.array([0]), dest)
+    assert not r.direct and np.array_equal(dest, data[9 * BLOCK:10 * BLOCK])
+    r.close()
+
+
+def test_a_read_past_the_end_fails(data_file):
+    path, _ = data_file
+    dest = aligned_buffer(2 * BLOCK)
+    with DirectReader(path, io_threads=1) as r, pytest.raises(OSError, match="past the end"):
+        r.read(np.array([63 * BLOCK]), np.array([2 * BLOCK]), np.array([0]), dest)
+
+
+def test_storage_benchmark_gives_sane_numbers(tmp_path):
+    st = measure_storage(tmp_path, file_mb=8, blocks_kb=(4, 64), queue_depths=(1, 2),
+                         seconds=0.05)
+    assert st.direct  # this file system takes O_DIRECT
+    assert not list(tmp_path.iterdir())  # the scratch file is gone
+    assert len(st.results) == 4
+    for r in st.results:
+        assert r.reads > 0 and 1e5 < r.bandwidth < 1e12 and 0 < r.latency_s < 1.0
+    assert st.best_bandwidth(64 * 1024) >= st.result(64 * 1024, 1).bandwidth
+    assert st.random_read_bw == max(r.bandwidth for r in st.results)
+    figures = st.figures()
+    assert figures["rand_read_4k_qd1_gb_s"] > 0 and figures["direct_io"] == 1.0
+    with pytest.raises(KeyError):
+        st.result(4096, 99)
+
+
+def test_local_profile_records_storage_as_a_tier(tmp_path):
+    from powerbench.hardware.local import as_local_config, storage_tier
+
+    cfg = as_local_config({"storage_dir": str(tmp_path), "storage_mb": 8,
+                           "storage_queue_depths": [1, 2], "storage_seconds": 0.05})
+    tier = storage_tier(cfg)
+    assert tier.name == "flash" and tier.kind in ("ssd", "hdd")
+    assert tier.effective_bw > 1e5 and tier.capacity_bytes > 0 and tier.peak_bw is None
+    assert tier.effective_bw == pytest.approx(max(tier.extra["rand_read_512k_qd1_gb_s"],
+                                                  tier.extra["rand_read_512k_qd2_gb_s"]) * 1e9)
+    assert tier.extra["rand_read_4k_qd1_lat_us"] > 0
