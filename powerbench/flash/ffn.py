@@ -67,7 +67,8 @@ class FlashFFN:
     def __init__(self, weights: Any, predictors: Any = None, path: str | None = None,
                  cache_dir: str | None = None, dram_budget_gb: float | None = None,
                  dram_budget_fraction: float | None = 0.5, hot_fraction: float = 0.5,
-                 cluster_neurons: int | None = None, io_threads: int = 4,
+                 cluster_neurons: int | None = None, io_threads: int = 8,
+                 io_engine: str = "auto", io_depth: int = 128,
                  bundled: bool = True, pipeline: bool = True, direct: bool = True,
                  backend: str = "sparse_cpu", dense_from_rows: int = 32,
                  max_read_kb: int = 1024, verify: Verify = "header", preload_lru: bool = True,
@@ -124,7 +125,8 @@ class FlashFFN:
                              hot_fraction)
         self.cache = SegmentedNeuronCache(plan, g.n_clusters)
         self.reader = DirectReader(self.path, io_threads=io_threads, direct=direct,
-                                   max_read_bytes=max_read_kb * 1024)
+                                   max_read_bytes=max_read_kb * 1024,
+                                   engine=io_engine, depth=io_depth)  # type: ignore[arg-type]
         self.pipeline = LayerPipeline(self.header, self.cache, self.reader, self.ops, b1, b2,
                                       overlap=pipeline)
         t0 = time.perf_counter()
@@ -225,6 +227,8 @@ class FlashFFN:
             "flash_read_gb_s": r.bytes_read / t.io_active_s / GB if t.io_active_s else 0.0,
             "flash_reads": float(r.reads),
             "flash_direct_io": float(self.reader.direct),
+            "flash_aio": float(self.reader.engine == "aio"),
+            "flash_queue_depth": float(self.reader.depth),
             "flash_budget_gb": self.budget_bytes / GB,
             "flash_cache_gb": self.cache.n_slots * self.geometry.cluster_neurons
             * self.geometry.bundle_bytes / GB,

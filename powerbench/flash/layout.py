@@ -169,6 +169,28 @@ class LayoutGeometry:
         return offsets.ravel(), lengths, dest.ravel()  # part-major: ascending file offsets
 
 
+    def row_extents(self, layer_offset: int, clusters: np.ndarray, slots: np.ndarray,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Zero-copy reads: every row of `clusters` straight into its arena row. Part p of
+        neuron k of the cluster given slot s lands in buffer p at byte (s * cn + k) *
+        row_bytes. Returns (file_offsets, lengths, buffers, dest_offsets); with O_DIRECT
+        this needs `row_bytes` to be a multiple of the block size."""
+        cn, rb, n_p = self.cluster_neurons, self.row_bytes, self.n_parts
+        c = np.asarray(clusters, dtype=np.int64)[:, None, None]
+        s = np.asarray(slots, dtype=np.int64)[:, None, None]
+        k = np.arange(cn, dtype=np.int64)[None, :, None]
+        p = np.arange(n_p, dtype=np.int64)[None, None, :]
+        if self.bundled:
+            offs = layer_offset + c * self.cluster_bytes + (k * n_p + p) * rb
+        else:
+            offs = layer_offset + p * (self.n_clusters * self.part_stride) \
+                + c * self.part_stride + k * rb
+        dest = (s * cn + k) * rb + 0 * p
+        bufs = p + 0 * (c + k)
+        return (offs.ravel(), np.full(offs.size, rb, dtype=np.int64), bufs.ravel(),
+                dest.ravel())
+
+
 @dataclass(frozen=True)
 class LayoutHeader:
     geometry: LayoutGeometry

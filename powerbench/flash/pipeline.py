@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from powerbench.flash.cache import SegmentedNeuronCache
-from powerbench.flash.layout import LayoutGeometry, LayoutHeader
+from powerbench.flash.layout import ALIGN, LayoutGeometry, LayoutHeader
 from powerbench.flash.reader import DirectReader, aligned_buffer
 from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
@@ -51,9 +51,12 @@ class NeuronArena:
     def __init__(self, g: LayoutGeometry, n_slots: int) -> None:
         self.g = g
         rows = max(n_slots, 1) * g.cluster_neurons
-        self.parts = [torch.zeros(rows, g.d_model, dtype=g.torch_dtype) for _ in range(g.n_parts)]
+        # page-aligned (anonymous mmap, zero-filled): rows can be O_DIRECT read targets
+        self.parts = [torch.from_numpy(aligned_buffer(rows * g.row_bytes)).view(g.torch_dtype)
+                      .view(rows, g.d_model) for _ in range(g.n_parts)]
         self.b1 = torch.zeros(rows, dtype=torch.float32) if g.has_bias else None
         self.parts_np = [p.view(torch.uint8).numpy() for p in self.parts]  # shared memory
+        self.flat_np = [p.reshape(-1) for p in self.parts_np]
         self.n_slots = n_slots
 
     @property
@@ -85,9 +88,12 @@ class NeuronArena:
             body = body.reshape(n, g.n_parts, cn, rb)
             for p, dst in enumerate(self.parts_np):
                 dst[rows] = body[:, p].reshape(n * cn, rb)
-        if self.b1 is not None and b1 is not None:
-            neurons = torch.from_numpy(self.rows(clusters))  # cluster c's neurons: c*cn + k
-            self.b1[torch.from_numpy(rows)] = b1.index_select(0, neurons)
+        self.set_b1(slots, clusters, b1)
+
+    def set_b1(self, slots: np.ndarray, clusters: np.ndarray, b1: Tensor | None) -> None:
+        if self.b1 is not None and b1 is not None and slots.size:
+            neurons = torch.from_numpy(self.rows(clusters))
+            self.b1[torch.from_numpy(self.rows(slots))] = b1.index_select(0, neurons)
 
     def ops_weights(self) -> ops_weights.ReluFFNWeights | ops_weights.GatedFFNWeights:
         if self.g.kind == "relu":
@@ -113,34 +119,38 @@ class LayerPipeline:
         pad = g.n_clusters * g.cluster_neurons - g.d_ffn
         self.b1 = None if b1 is None else [torch.cat([b, b.new_zeros(pad)]) for b in b1]
         self.b2 = b2
-        self.stage_np = aligned_buffer(g.n_clusters * g.cluster_bytes)
+        # zero-copy: reads land in the arena rows themselves (rows block aligned, or no
+        # O_DIRECT); else through a staging buffer and a copy
+        self.zero_copy = g.row_bytes % ALIGN == 0 or not reader.direct
+        self.stage_np = aligned_buffer(0 if self.zero_copy else g.n_clusters * g.cluster_bytes)
         self.times = PipelineTimes()
 
     # ---- loading ------------------------------------------------------------------------------
     def load_hot(self) -> None:
         """Read every layer's pinned clusters into their slots (once, at start-up)."""
         for layer, clusters in enumerate(self.cache.plan.hot):
-            if clusters.size == 0:
-                continue
-            self._read(layer, clusters)
-            self._install(layer, self.cache.slot_of[layer, clusters], clusters)
+            self.load(layer, clusters, self.cache.slot_of[layer, clusters])
 
     def load(self, layer: int, clusters: np.ndarray, slots: np.ndarray) -> None:
         """Read `clusters` of `layer` into arena `slots` (blocking)."""
         if clusters.size:
-            self._read(layer, clusters)
+            self._read_submit(layer, clusters, slots).wait()
             self._install(layer, slots, clusters)
 
-    def _read_submit(self, layer: int, clusters: np.ndarray):
-        offs, lens, dests = self.g.cluster_extents(self.header.layer_offsets[layer], clusters)
+    def _read_submit(self, layer: int, clusters: np.ndarray, slots: np.ndarray):
+        base = self.header.layer_offsets[layer]
+        if self.zero_copy:
+            b1 = None if self.b1 is None else self.b1[layer]
+            self.arena.set_b1(slots, clusters, b1)
+            offs, lens, bufs, dests = self.g.row_extents(base, clusters, slots)
+            return self.reader.submit(offs, lens, dests, self.arena.flat_np, bufs)
+        offs, lens, dests = self.g.cluster_extents(base, clusters)
         return self.reader.submit(offs, lens, dests, self.stage_np)
 
-    def _read(self, layer: int, clusters: np.ndarray) -> None:
-        self._read_submit(layer, clusters).wait()
-
     def _install(self, layer: int, slots: np.ndarray, clusters: np.ndarray) -> None:
-        self.arena.install(slots, clusters, self.stage_np,
-                           None if self.b1 is None else self.b1[layer])
+        if not self.zero_copy:
+            self.arena.install(slots, clusters, self.stage_np,
+                               None if self.b1 is None else self.b1[layer])
 
     # ---- one call --------------------------------------------------------------------------------
     def _compute(self, x: Tensor, rows: np.ndarray) -> Tensor | None:
@@ -174,7 +184,7 @@ class LayerPipeline:
             spill = slots < 0
             slots[spill] = self.scratch_base + np.arange(int(spill.sum()))
             unit_slot[look.miss_pos] = slots
-            pending = self._read_submit(layer, miss)
+            pending = self._read_submit(layer, miss, slots)
         rows = unit_slot[inv] * cn + ids_np % cn
         t.plan_s += time.perf_counter() - t0
         t.calls += 1

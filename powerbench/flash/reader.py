@@ -1,4 +1,4 @@
-"""Reads from the weight file that bypass the page cache, through an I/O thread pool.
+"""Reads from the weight file that bypass the page cache, batched and asynchronous.
 
 `DirectReader` opens the file with `O_DIRECT`, so every read goes to the storage device
 (what a phone's UFS read costs, not a DRAM copy out of the page cache). `O_DIRECT` needs
@@ -9,10 +9,15 @@ open or on the first read) the reader falls back to buffered reads with one warn
 `direct` False.
 
 A batch of extents is sorted by file offset; extents that are adjacent in the file are
-coalesced into one `preadv` (scatter into their staging places, up to `max_read_bytes`
-and `IOV_MAX` pieces). The reads are spread over `io_threads` workers, each issuing its
-share one after another: at most `io_threads` reads are in flight (the queue depth).
-`os.preadv` releases the GIL, so the workers overlap with compute in the caller.
+coalesced into one read (a scatter `preadv` into their places, which may lie in several
+buffers, up to `max_read_bytes` and `IOV_MAX` pieces). Two engines issue the reads:
+
+- "aio" (default where the kernel allows it): Linux native AIO (`powerbench.flash.aio`),
+  the whole batch in one `io_submit`, up to `depth` reads in flight, no threads;
+- "threads": `io_threads` workers, each issuing its share with `os.preadv` one after
+  another (queue depth `io_threads`); `preadv` releases the GIL.
+
+Either way `submit` returns at once and the caller computes until `wait()`.
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+
+from powerbench.flash.aio import AioBatch, AioContext
 
 IOV_MAX = 1024
 BLOCK = 4096
@@ -47,39 +56,43 @@ def _open(path: str, flags: int) -> int:
 
 @dataclass(frozen=True)
 class ReadOp:
-    """One system call: `pieces` = (dest_offset, length) placed back to back in the file
-    from `file_offset` on."""
+    """One system call: `pieces` = (buffer, dest_offset, length) placed back to back in
+    the file from `file_offset` on (a scatter read into one or several buffers)."""
 
     file_offset: int
-    pieces: tuple[tuple[int, int], ...]
+    pieces: tuple[tuple[int, int, int], ...]
 
     @property
     def nbytes(self) -> int:
-        return sum(n for _, n in self.pieces)
+        return sum(n for _, _, n in self.pieces)
 
 
 def coalesce(file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
-             max_read_bytes: int = 1 << 20) -> list[ReadOp]:
+             max_read_bytes: int = 1 << 20, buffers: np.ndarray | None = None) -> list[ReadOp]:
     """Group extents adjacent in the file into reads (each <= max_read_bytes, unless a
-    single extent is longer, and <= IOV_MAX pieces)."""
+    single extent is longer, and <= IOV_MAX pieces). Extent i goes to buffer
+    `buffers[i]` (default 0) at `dest_offsets[i]`."""
     order = np.argsort(file_offsets, kind="stable")
+    offs, lens, dests = (np.asarray(a)[order].tolist()
+                         for a in (file_offsets, lengths, dest_offsets))
+    bufs = [0] * len(offs) if buffers is None else np.asarray(buffers)[order].tolist()
     ops: list[ReadOp] = []
     start = end = -1
-    pieces: list[tuple[int, int]] = []
+    pieces: list[tuple[int, int, int]] = []
     total = 0
-    for i in order.tolist():
-        off, n, dest = int(file_offsets[i]), int(lengths[i]), int(dest_offsets[i])
+    for off, n, buf, dest in zip(offs, lens, bufs, dests, strict=True):
         if pieces and off == end and total + n <= max_read_bytes and len(pieces) < IOV_MAX:
-            if pieces[-1][0] + pieces[-1][1] == dest:  # contiguous in the buffer too
-                pieces[-1] = (pieces[-1][0], pieces[-1][1] + n)
+            last = pieces[-1]
+            if last[0] == buf and last[1] + last[2] == dest:  # contiguous in the buffer too
+                pieces[-1] = (buf, last[1], last[2] + n)
             else:
-                pieces.append((dest, n))
+                pieces.append((buf, dest, n))
             end += n
             total += n
             continue
         if pieces:
             ops.append(ReadOp(start, tuple(pieces)))
-        start, end, total, pieces = off, off + n, n, [(dest, n)]
+        start, end, total, pieces = off, off + n, n, [(buf, dest, n)]
     if pieces:
         ops.append(ReadOp(start, tuple(pieces)))
     return ops
@@ -99,31 +112,70 @@ class ReaderStats:
 
 @dataclass
 class PendingRead:
-    """A submitted batch: `wait()` blocks until every read landed, returns its wall time
-    (first submit to last completion)."""
+    """A submitted batch: `wait()` blocks until every read landed and returns its wall
+    time (submit to the last completion the waiter saw)."""
 
     futures: list[Future] = field(default_factory=list)
     started: float = 0.0
     finished: list[float] = field(default_factory=list)
+    batch: AioBatch | None = None
+    on_done: Callable[[], None] | None = None
+
+    collected: bool = False  # wait() has returned or raised
 
     def wait(self) -> float:
+        try:
+            return self._wait()
+        finally:
+            self.collected = True
+
+    def _wait(self) -> float:
+        if self.batch is not None:
+            if not self.batch.finished:
+                self.batch.wait()
+            if not self.finished:
+                self.finished.append(time.perf_counter())
+                if self.on_done is not None:
+                    self.on_done()
         for fut in self.futures:
             fut.result()
         return (max(self.finished) - self.started) if self.finished else 0.0
 
 
+IOEngine = Literal["auto", "aio", "threads"]
+
+
 class DirectReader:
+    """`engine`: "aio" (Linux native AIO: one system call per batch, up to `depth` reads
+    in flight), "threads" (`io_threads` workers issuing `preadv`, queue depth =
+    `io_threads`), or "auto" (aio where the kernel allows it)."""
+
     def __init__(self, path: str | os.PathLike, io_threads: int = 4, direct: bool = True,
-                 max_read_bytes: int = 1 << 20) -> None:
+                 max_read_bytes: int = 1 << 20, engine: IOEngine = "auto",
+                 depth: int = 128) -> None:
         if io_threads < 1:
             raise ValueError(f"io_threads must be >= 1, got {io_threads}")
+        if engine not in ("auto", "aio", "threads"):
+            raise ValueError(f"unknown I/O engine {engine!r}; valid: auto, aio, threads")
         self.path = str(path)
         self.io_threads = io_threads
         self.max_read_bytes = max_read_bytes
         self.stats = ReaderStats()
         self._lock = threading.Lock()
         self.fd, self.direct = self._open(direct)
+        self.aio: AioContext | None = None
+        if engine in ("auto", "aio"):
+            try:
+                self.aio = AioContext(depth)
+            except OSError as err:
+                if engine == "aio":
+                    raise
+                warnings.warn(f"native AIO unavailable ({err}); flash reads use a thread pool",
+                              RuntimeWarning, stacklevel=2)
+        self.engine = "aio" if self.aio is not None else "threads"
+        self.depth = self.aio.depth if self.aio is not None else io_threads
         self.pool = ThreadPoolExecutor(io_threads, thread_name_prefix="flash-io")
+        self._last: PendingRead | None = None
 
     def _open(self, direct: bool) -> tuple[int, bool]:
         flag = getattr(os, "O_DIRECT", 0)
@@ -151,16 +203,16 @@ class DirectReader:
         return fd, False
 
     # ---- reads ------------------------------------------------------------------------------
-    def _run(self, ops: list[ReadOp], dest: np.ndarray, pending: PendingRead) -> None:
-        mv = memoryview(dest)
+    def _run(self, ops: list[ReadOp], dests: list[np.ndarray], pending: PendingRead) -> None:
+        mvs = [memoryview(d) for d in dests]
         busy, nbytes = 0.0, 0
         for op in ops:
             t0 = time.perf_counter()
-            bufs = [mv[a: a + n] for a, n in op.pieces]
+            bufs = [mvs[b][a: a + n] for b, a, n in op.pieces]
             want = op.nbytes
             got = os.preadv(self.fd, bufs, op.file_offset)
             if got != want:  # short read (end of file, signal): finish piece by piece
-                self._finish_short(op, mv, got)
+                self._finish_short(op, mvs, got)
             busy += time.perf_counter() - t0
             nbytes += want
         with self._lock:
@@ -169,9 +221,9 @@ class DirectReader:
             self.stats.reads += len(ops)
             pending.finished.append(time.perf_counter())
 
-    def _finish_short(self, op: ReadOp, mv: memoryview, done: int) -> None:
+    def _finish_short(self, op: ReadOp, mvs: list[memoryview], done: int) -> None:
         pos = op.file_offset
-        for a, n in op.pieces:
+        for b, a, n in op.pieces:
             if done >= n:
                 done -= n
                 pos += n
@@ -179,33 +231,60 @@ class DirectReader:
             a, n, pos = a + done, n - done, pos + done
             done = 0
             while n > 0:
-                got = os.preadv(self.fd, [mv[a: a + n]], pos)
+                got = os.preadv(self.fd, [mvs[b][a: a + n]], pos)
                 if got <= 0:
                     raise OSError(errno.EIO, f"{self.path}: read past the end at byte {pos} "
                                   "(truncated file?)")
                 a, n, pos = a + got, n - got, pos + got
 
     def submit(self, file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
-               dest: np.ndarray) -> PendingRead:
-        """Start reading the extents into `dest` (uint8, aligned); returns at once."""
+               dest: np.ndarray | list[np.ndarray], buffers: np.ndarray | None = None,
+               ) -> PendingRead:
+        """Start reading the extents into `dest` (one uint8 buffer, or several with
+        `buffers[i]` naming extent i's); returns at once."""
+        if self._last is not None and not self._last.collected:  # one batch at a time
+            self._last.wait()
         pending = PendingRead(started=time.perf_counter())
         if len(file_offsets) == 0:
             return pending
-        ops = coalesce(file_offsets, lengths, dest_offsets, self.max_read_bytes)
+        dests = dest if isinstance(dest, list) else [dest]
+        ops = coalesce(file_offsets, lengths, dest_offsets, self.max_read_bytes, buffers)
         with self._lock:
             self.stats.extents += len(file_offsets)
-        shares = [ops[i:: self.io_threads] for i in range(min(self.io_threads, len(ops)))]
-        pending.futures = [self.pool.submit(self._run, share, dest, pending) for share in shares]
+        if self.aio is not None:
+            bases = [int(d.ctypes.data) for d in dests]
+            pieces = [[(bases[b] + a, n) for b, a, n in op.pieces] for op in ops]
+            pending.batch = self.aio.submit(self.fd, [op.file_offset for op in ops], pieces)
+            nbytes = sum(op.nbytes for op in ops)
+
+            def count() -> None:
+                self.stats.bytes_read += nbytes
+                self.stats.reads += len(ops)
+                self.stats.busy_s += pending.finished[-1] - pending.started
+
+            pending.on_done = count
+        else:
+            shares = [ops[i:: self.io_threads] for i in range(min(self.io_threads, len(ops)))]
+            pending.futures = [self.pool.submit(self._run, share, dests, pending)
+                               for share in shares]
+        self._last = pending
         return pending
 
     def read(self, file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
-             dest: np.ndarray) -> float:
+             dest: np.ndarray | list[np.ndarray], buffers: np.ndarray | None = None) -> float:
         """Blocking `submit`; returns the wall time."""
-        return self.submit(file_offsets, lengths, dest_offsets, dest).wait()
+        return self.submit(file_offsets, lengths, dest_offsets, dest, buffers).wait()
 
     def close(self) -> None:
         if self.fd >= 0:
+            if self._last is not None and not self._last.collected:
+                try:
+                    self._last.wait()
+                except OSError:  # nobody asked for this batch any more
+                    pass
             self.pool.shutdown(wait=True)
+            if self.aio is not None:
+                self.aio.close()
             os.close(self.fd)
             self.fd = -1
 
@@ -223,5 +302,5 @@ class DirectReader:
 
     def __repr__(self) -> str:
         return (f"<DirectReader {Path(self.path).name} direct={self.direct} "
-                f"threads={self.io_threads}>")
+                f"engine={self.engine} depth={self.depth}>")
 

@@ -52,6 +52,7 @@ def run_both(weights, ffn, steps: int = 6, rows: int = 1, seed: int = 0):
 def test_relu_opt_equals_sparse_ffn(opt_weights, tmp_path, bundled, pipeline, budget):
     ffn = flash(opt_weights, tmp_path, bundled=bundled, pipeline=pipeline,
                 dram_budget_fraction=budget, cluster_neurons=4)
+    assert not ffn.pipeline.zero_copy  # 128-byte rows: O_DIRECT goes through staging
     run_both(opt_weights, ffn, rows=2)
     m = ffn.metrics()
     if budget == 1.0:  # everything resident after the warm start: nothing read
@@ -59,6 +60,15 @@ def test_relu_opt_equals_sparse_ffn(opt_weights, tmp_path, bundled, pipeline, bu
     else:
         assert m["flash_bytes_read_per_token"] > 0 and m["flash_hit_rate"] < 1.0
     ffn.close()
+
+
+@pytest.mark.parametrize("bundled", [True, False])
+def test_buffered_reads_go_straight_into_the_arena(opt_weights, tmp_path, bundled):
+    ffn = flash(opt_weights, tmp_path, direct=False, bundled=bundled, cluster_neurons=3,
+                dram_budget_fraction=0.3)
+    assert not ffn.reader.direct and ffn.pipeline.zero_copy
+    run_both(opt_weights, ffn, rows=2)
+    assert ffn.metrics()["flash_direct_io"] == 0.0
 
 
 @pytest.mark.parametrize("model", ["reglu_weights", "swiglu_weights"])
@@ -80,6 +90,7 @@ def test_fp16_page_aligned_rows_on_the_compiled_backend(tmp_path, backend):
         b1=layer.ffn.b1.half(), b2=layer.ffn.b2.half())) for layer in weights.layers])
     ffn = flash(weights, tmp_path, backend=backend, dram_budget_fraction=0.25)
     assert ffn.geometry.cluster_neurons == 1 and ffn.geometry.cluster_bytes == 2 * ALIGN
+    assert ffn.pipeline.zero_copy  # O_DIRECT reads straight into the arena's 4 KB rows
     run_both(weights, ffn, steps=4)
 
 
@@ -163,3 +174,11 @@ def test_budget_in_gb(opt_weights, tmp_path):
     ffn = flash(opt_weights, tmp_path, dram_budget_gb=g_bytes / 1e9, dram_budget_fraction=None,
                 cluster_neurons=4)
     assert ffn.cache.n_slots == 96 // 4
+
+
+@pytest.mark.parametrize("engine", ["threads", "aio"])
+def test_both_io_engines_equal_sparse_ffn(opt_weights, tmp_path, engine):
+    ffn = flash(opt_weights, tmp_path, io_engine=engine, io_threads=3, dram_budget_fraction=0.3)
+    assert ffn.reader.engine == engine and ffn.metrics()["flash_aio"] == (engine == "aio")
+    run_both(opt_weights, ffn, rows=2)
+    assert ffn.metrics()["flash_reads"] > 0

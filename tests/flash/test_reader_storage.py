@@ -31,24 +31,59 @@ def test_coalescing_merges_only_file_neighbours():
     assert [op.file_offset for op in ops] == [0, 4 * BLOCK, 8 * BLOCK, 20 * BLOCK]
     # blocks 0 and 4 are not adjacent; a run 4, 5 (two pieces in other buffer places) is
     ops = coalesce(np.array([4, 5, 6]) * BLOCK, np.full(3, BLOCK), np.array([3, 0, 1]) * BLOCK)
-    assert len(ops) == 1 and ops[0].pieces == ((3 * BLOCK, BLOCK), (0, 2 * BLOCK))
+    assert len(ops) == 1 and ops[0].pieces == ((0, 3 * BLOCK, BLOCK), (0, 0, 2 * BLOCK))
     assert ops[0].nbytes == 3 * BLOCK
+    # neighbours in the file going to two buffers: one read, one piece per buffer run
+    ops = coalesce(np.array([4, 5, 6]) * BLOCK, np.full(3, BLOCK), np.array([0, 0, 1]) * BLOCK,
+                   buffers=np.array([1, 0, 0]))
+    assert len(ops) == 1 and ops[0].pieces == ((1, 0, BLOCK), (0, 0, 2 * BLOCK))
     capped = coalesce(np.arange(10) * BLOCK, np.full(10, BLOCK), np.arange(10) * BLOCK,
                       max_read_bytes=3 * BLOCK)
     assert [op.nbytes for op in capped] == [3 * BLOCK] * 3 + [BLOCK]
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_reads_land_where_asked(data_file, threads):
+ENGINES = [("threads", 1), ("threads", 3), ("aio", 1)]
+
+
+@pytest.mark.parametrize(("engine", "threads"), ENGINES)
+def test_reads_land_where_asked(data_file, engine, threads):
     path, data = data_file
     blocks = np.array([7, 3, 4, 5, 60, 12])
     dest = aligned_buffer(len(blocks) * BLOCK)
     assert dest.ctypes.data % BLOCK == 0
-    with DirectReader(path, io_threads=threads) as r:
-        assert r.direct
+    with DirectReader(path, io_threads=threads, engine=engine) as r:
+        assert r.direct and r.engine == engine
         r.read(blocks * BLOCK, np.full(blocks.size, BLOCK), np.arange(blocks.size) * BLOCK, dest)
         assert r.stats.bytes_read == blocks.size * BLOCK
         assert r.stats.reads == 4  # 3, 4, 5 coalesced
+    for i, b in enumerate(blocks):
+        assert np.array_equal(dest[i * BLOCK:(i + 1) * BLOCK], data[b * BLOCK:(b + 1) * BLOCK])
+
+
+@pytest.mark.parametrize("engine", ["threads", "aio"])
+def test_scatter_into_several_buffers(data_file, engine):
+    path, data = data_file
+    a, b = aligned_buffer(2 * BLOCK), aligned_buffer(2 * BLOCK)
+    with DirectReader(path, io_threads=2, engine=engine) as r:
+        # blocks 10, 11 are neighbours: block 10 -> b[1], block 11 -> a[0]; block 30 -> a[1]
+        r.read(np.array([10, 11, 30]) * BLOCK, np.full(3, BLOCK), np.array([1, 0, 1]) * BLOCK,
+               [a, b], buffers=np.array([1, 0, 0]))
+        assert r.stats.reads == 2
+    assert np.array_equal(b[BLOCK:], data[10 * BLOCK:11 * BLOCK])
+    assert np.array_equal(a[:BLOCK], data[11 * BLOCK:12 * BLOCK])
+    assert np.array_equal(a[BLOCK:], data[30 * BLOCK:31 * BLOCK])
+
+
+def test_aio_batches_larger_than_the_depth_and_overlap_with_the_caller(data_file):
+    path, data = data_file
+    blocks = np.arange(0, 64, 2)  # 32 reads, none adjacent
+    dest = aligned_buffer(blocks.size * BLOCK)
+    with DirectReader(path, engine="aio", depth=4) as r:
+        pending = r.submit(blocks * BLOCK, np.full(blocks.size, BLOCK),
+                           np.arange(blocks.size) * BLOCK, dest)
+        assert pending.batch is not None and pending.batch.submitted == 4  # the rest later
+        assert pending.wait() > 0 and pending.batch.finished
+        assert r.stats.reads == 32 and r.stats.bytes_read == 32 * BLOCK
     for i, b in enumerate(blocks):
         assert np.array_equal(dest[i * BLOCK:(i + 1) * BLOCK], data[b * BLOCK:(b + 1) * BLOCK])
 
@@ -71,10 +106,12 @@ def test_falls_back_with_a_warning_where_o_direct_is_refused(data_file, monkeypa
     r.close()
 
 
-def test_a_read_past_the_end_fails(data_file):
+@pytest.mark.parametrize("engine", ["threads", "aio"])
+def test_a_read_past_the_end_fails(data_file, engine):
     path, _ = data_file
     dest = aligned_buffer(2 * BLOCK)
-    with DirectReader(path, io_threads=1) as r, pytest.raises(OSError, match="past the end"):
+    with DirectReader(path, io_threads=1, engine=engine) as r, \
+            pytest.raises(OSError, match="past the end"):
         r.read(np.array([63 * BLOCK]), np.array([2 * BLOCK]), np.array([0]), dest)
 
 
