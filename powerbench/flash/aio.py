@@ -17,9 +17,13 @@ import ctypes
 import errno
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from powerbench.flash.reader import ReadPlan
 
 # syscall numbers: io_setup, io_destroy, io_getevents, io_submit
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
@@ -66,11 +70,12 @@ class AioBatch:
     ctx: AioContext
     iocbs: np.ndarray
     expected: np.ndarray  # bytes per read
-    pieces: list  # per read: the (buffer address, length) pieces, for short reads
+    iov: np.ndarray  # [pieces, 2] (address, length)
+    first: np.ndarray  # per read: its first iovec
+    count: np.ndarray  # per read: its number of iovecs
     fd: int
     submitted: int = 0
     done: int = 0
-    keep: list = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -115,7 +120,8 @@ class AioBatch:
 
     def _finish_short(self, i: int, done: int) -> None:
         pos = int(self.iocbs["offset"][i])
-        for addr, n in self.pieces[i]:
+        a, k = int(self.first[i]), int(self.count[i])
+        for addr, n in self.iov[a:a + k].tolist():
             if done >= n:
                 done, pos = done - n, pos + n
                 continue
@@ -145,27 +151,24 @@ class AioContext:
         self.handle = handle.value
         self.events = np.zeros(self.depth, dtype=EVENT)
 
-    def submit(self, fd: int, file_offsets: list[int], pieces: list[list[tuple[int, int]]],
-               ) -> AioBatch:
-        """Start reads: read i fills `pieces[i]` = [(address, length), ...] back to back
-        from `file_offsets[i]` (one piece: PREAD, several: PREADV)."""
-        n = len(file_offsets)
+    def submit_plan(self, fd: int, plan: ReadPlan, bases: np.ndarray) -> AioBatch:
+        """Start the plan's reads (vectorised: no Python per read). `bases[b]`: address of
+        buffer b. One piece: PREAD; several: PREADV over a slice of one iovec array."""
+        n = plan.n_reads
+        iov = np.empty((plan.piece_len.size, 2), dtype=np.uint64)  # struct iovec {base, len}
+        iov[:, 0] = bases[plan.piece_buf] + plan.piece_dest.astype(np.uint64)
+        iov[:, 1] = plan.piece_len
+        single = plan.op_pieces == 1
         cbs = np.zeros(n, dtype=IOCB)
         cbs["data"] = np.arange(n)
         cbs["fildes"] = fd
-        cbs["offset"] = file_offsets
-        expected = np.array([sum(length for _, length in p) for p in pieces], dtype=np.int64)
-        keep = []
-        single = np.array([len(p) == 1 for p in pieces])
+        cbs["offset"] = plan.op_offset
         cbs["opcode"] = np.where(single, IOCB_CMD_PREAD, IOCB_CMD_PREADV)
-        for i, p in enumerate(pieces):
-            if len(p) == 1:
-                cbs["buf"][i], cbs["nbytes"][i] = p[0]
-            else:
-                iov = np.array(p, dtype=np.uint64)  # struct iovec {base, len}
-                keep.append(iov)
-                cbs["buf"][i], cbs["nbytes"][i] = iov.ctypes.data, len(p)
-        batch = AioBatch(self, cbs, expected, pieces, fd, keep=keep)
+        first = plan.op_first
+        cbs["buf"] = np.where(single, iov[first, 0],
+                              iov.ctypes.data + first.astype(np.uint64) * 16)
+        cbs["nbytes"] = np.where(single, iov[first, 1], plan.op_pieces.astype(np.uint64))
+        batch = AioBatch(self, cbs, plan.op_bytes, iov, plan.op_first, plan.op_pieces, fd)
         batch._submit_more()
         return batch
 

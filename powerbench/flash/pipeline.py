@@ -55,6 +55,7 @@ class NeuronArena:
         self.parts = [torch.from_numpy(aligned_buffer(rows * g.row_bytes)).view(g.torch_dtype)
                       .view(rows, g.d_model) for _ in range(g.n_parts)]
         self.b1 = torch.zeros(rows, dtype=torch.float32) if g.has_bias else None
+        self.b1_np = None if self.b1 is None else self.b1.numpy()
         self.parts_np = [p.view(torch.uint8).numpy() for p in self.parts]  # shared memory
         self.flat_np = [p.reshape(-1) for p in self.parts_np]
         self.n_slots = n_slots
@@ -69,7 +70,7 @@ class NeuronArena:
         return (slots[:, None] * cn + np.arange(cn)[None, :]).ravel()
 
     def install(self, slots: np.ndarray, clusters: np.ndarray, stage: np.ndarray,
-                b1: Tensor | None) -> None:
+                b1: np.ndarray | None) -> None:
         """Copy staged clusters (uint8 stage, slot i = clusters[i]) into arena `slots`.
 
         Row copies through numpy byte views (torch's index_copy_ on fp16 is ~100x slower)."""
@@ -90,10 +91,10 @@ class NeuronArena:
                 dst[rows] = body[:, p].reshape(n * cn, rb)
         self.set_b1(slots, clusters, b1)
 
-    def set_b1(self, slots: np.ndarray, clusters: np.ndarray, b1: Tensor | None) -> None:
-        if self.b1 is not None and b1 is not None and slots.size:
-            neurons = torch.from_numpy(self.rows(clusters))
-            self.b1[torch.from_numpy(self.rows(slots))] = b1.index_select(0, neurons)
+    def set_b1(self, slots: np.ndarray, clusters: np.ndarray, b1: np.ndarray | None) -> None:
+        """The fc1 biases of the clusters now held in `slots` (b1: the layer's, padded)."""
+        if self.b1_np is not None and b1 is not None and slots.size:
+            self.b1_np[self.rows(slots)] = b1[self.rows(clusters)]
 
     def ops_weights(self) -> ops_weights.ReluFFNWeights | ops_weights.GatedFFNWeights:
         if self.g.kind == "relu":
@@ -117,7 +118,7 @@ class LayerPipeline:
         self.kernel = ops.prepare_ffn(self.arena.ops_weights())
         # fc1 biases padded to whole clusters (the arena copies them by cluster)
         pad = g.n_clusters * g.cluster_neurons - g.d_ffn
-        self.b1 = None if b1 is None else [torch.cat([b, b.new_zeros(pad)]) for b in b1]
+        self.b1 = None if b1 is None else [np.pad(b.float().numpy(), (0, pad)) for b in b1]
         self.b2 = b2
         # zero-copy: reads land in the arena rows themselves (rows block aligned, or no
         # O_DIRECT); else through a staging buffer and a copy

@@ -67,35 +67,76 @@ class ReadOp:
         return sum(n for _, _, n in self.pieces)
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """A batch of extents grouped into reads (numpy arrays, no per-read Python objects).
+
+    Read j starts at file offset `op_offset[j]`, is `op_bytes[j]` long and fills pieces
+    `op_first[j] .. op_first[j] + op_pieces[j] - 1`; piece i is `piece_len[i]` bytes into
+    buffer `piece_buf[i]` at `piece_dest[i]`."""
+
+    op_offset: np.ndarray
+    op_bytes: np.ndarray
+    op_first: np.ndarray
+    op_pieces: np.ndarray
+    piece_buf: np.ndarray
+    piece_dest: np.ndarray
+    piece_len: np.ndarray
+
+    @property
+    def n_reads(self) -> int:
+        return int(self.op_offset.size)
+
+    def ops(self) -> list[ReadOp]:
+        out = []
+        bufs, dests, lens = (a.tolist() for a in (self.piece_buf, self.piece_dest,
+                                                   self.piece_len))
+        for off, first, k in zip(self.op_offset.tolist(), self.op_first.tolist(),
+                                 self.op_pieces.tolist(), strict=True):
+            out.append(ReadOp(off, tuple(zip(bufs[first:first + k], dests[first:first + k],
+                                             lens[first:first + k], strict=True))))
+        return out
+
+
+def plan_reads(file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
+               max_read_bytes: int = 1 << 20, buffers: np.ndarray | None = None) -> ReadPlan:
+    """Group extents adjacent in the file into reads: a run of neighbours is cut every
+    `max_read_bytes` (an extent belongs to the read its first byte falls in), and at most
+    `IOV_MAX` pieces per read. Extent i goes to buffer `buffers[i]` (default 0) at
+    `dest_offsets[i]`; neighbours contiguous in the same buffer become one piece."""
+    order = np.argsort(file_offsets, kind="stable")
+    off = np.asarray(file_offsets, dtype=np.int64)[order]
+    ln = np.asarray(lengths, dtype=np.int64)[order]
+    dest = np.asarray(dest_offsets, dtype=np.int64)[order]
+    buf = (np.zeros(off.size, dtype=np.int64) if buffers is None
+           else np.asarray(buffers, dtype=np.int64)[order])
+    n = off.size
+    if n == 0:
+        e = np.zeros(0, dtype=np.int64)
+        return ReadPlan(e, e, e, e, e, e, e)
+    cap = max(min(int(max_read_bytes), IOV_MAX * int(ln.min())), 1)
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = off[1:] != off[:-1] + ln[:-1]
+    run_start = off[new_run][np.cumsum(new_run) - 1]
+    chunk = (off - run_start) // cap
+    new_op = new_run.copy()
+    new_op[1:] |= chunk[1:] != chunk[:-1]
+    merge = np.zeros(n, dtype=bool)
+    merge[1:] = ~new_op[1:] & (buf[1:] == buf[:-1]) & (dest[1:] == dest[:-1] + ln[:-1])
+    starts = np.flatnonzero(~merge)
+    piece_of = np.cumsum(~merge) - 1
+    op_starts = np.flatnonzero(new_op)
+    op_first = piece_of[op_starts]
+    return ReadPlan(
+        op_offset=off[op_starts], op_bytes=np.add.reduceat(ln, op_starts), op_first=op_first,
+        op_pieces=np.diff(np.append(op_first, starts.size)), piece_buf=buf[starts],
+        piece_dest=dest[starts], piece_len=np.add.reduceat(ln, starts))
+
+
 def coalesce(file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
              max_read_bytes: int = 1 << 20, buffers: np.ndarray | None = None) -> list[ReadOp]:
-    """Group extents adjacent in the file into reads (each <= max_read_bytes, unless a
-    single extent is longer, and <= IOV_MAX pieces). Extent i goes to buffer
-    `buffers[i]` (default 0) at `dest_offsets[i]`."""
-    order = np.argsort(file_offsets, kind="stable")
-    offs, lens, dests = (np.asarray(a)[order].tolist()
-                         for a in (file_offsets, lengths, dest_offsets))
-    bufs = [0] * len(offs) if buffers is None else np.asarray(buffers)[order].tolist()
-    ops: list[ReadOp] = []
-    start = end = -1
-    pieces: list[tuple[int, int, int]] = []
-    total = 0
-    for off, n, buf, dest in zip(offs, lens, bufs, dests, strict=True):
-        if pieces and off == end and total + n <= max_read_bytes and len(pieces) < IOV_MAX:
-            last = pieces[-1]
-            if last[0] == buf and last[1] + last[2] == dest:  # contiguous in the buffer too
-                pieces[-1] = (buf, last[1], last[2] + n)
-            else:
-                pieces.append((buf, dest, n))
-            end += n
-            total += n
-            continue
-        if pieces:
-            ops.append(ReadOp(start, tuple(pieces)))
-        start, end, total, pieces = off, off + n, n, [(buf, dest, n)]
-    if pieces:
-        ops.append(ReadOp(start, tuple(pieces)))
-    return ops
+    """`plan_reads` as a list of `ReadOp`s."""
+    return plan_reads(file_offsets, lengths, dest_offsets, max_read_bytes, buffers).ops()
 
 
 @dataclass
@@ -248,22 +289,22 @@ class DirectReader:
         if len(file_offsets) == 0:
             return pending
         dests = dest if isinstance(dest, list) else [dest]
-        ops = coalesce(file_offsets, lengths, dest_offsets, self.max_read_bytes, buffers)
+        plan = plan_reads(file_offsets, lengths, dest_offsets, self.max_read_bytes, buffers)
         with self._lock:
             self.stats.extents += len(file_offsets)
         if self.aio is not None:
-            bases = [int(d.ctypes.data) for d in dests]
-            pieces = [[(bases[b] + a, n) for b, a, n in op.pieces] for op in ops]
-            pending.batch = self.aio.submit(self.fd, [op.file_offset for op in ops], pieces)
-            nbytes = sum(op.nbytes for op in ops)
+            bases = np.array([d.ctypes.data for d in dests], dtype=np.uint64)
+            pending.batch = self.aio.submit_plan(self.fd, plan, bases)
+            nbytes, nreads = int(plan.op_bytes.sum()), plan.n_reads
 
             def count() -> None:
                 self.stats.bytes_read += nbytes
-                self.stats.reads += len(ops)
+                self.stats.reads += nreads
                 self.stats.busy_s += pending.finished[-1] - pending.started
 
             pending.on_done = count
         else:
+            ops = plan.ops()
             shares = [ops[i:: self.io_threads] for i in range(min(self.io_threads, len(ops)))]
             pending.futures = [self.pool.submit(self._run, share, dests, pending)
                                for share in shares]
