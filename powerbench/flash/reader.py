@@ -189,7 +189,7 @@ IOEngine = Literal["auto", "aio", "threads"]
 class DirectReader:
     """`engine`: "aio" (Linux native AIO: one system call per batch, up to `depth` reads
     in flight), "threads" (`io_threads` workers issuing `preadv`, queue depth =
-    `io_threads`), or "auto" (aio where the kernel allows it)."""
+    `io_threads`), or "auto" (aio where the kernel allows it and O_DIRECT is in effect)."""
 
     def __init__(self, path: str | os.PathLike, io_threads: int = 4, direct: bool = True,
                  max_read_bytes: int = 1 << 20, engine: IOEngine = "auto",
@@ -205,7 +205,8 @@ class DirectReader:
         self._lock = threading.Lock()
         self.fd, self.direct = self._open(direct)
         self.aio: AioContext | None = None
-        if engine in ("auto", "aio"):
+        # native AIO is asynchronous only with O_DIRECT (buffered reads block in io_submit)
+        if engine == "aio" or (engine == "auto" and self.direct):
             try:
                 self.aio = AioContext(depth)
             except OSError as err:

@@ -67,6 +67,7 @@ def test_buffered_reads_go_straight_into_the_arena(opt_weights, tmp_path, bundle
     ffn = flash(opt_weights, tmp_path, direct=False, bundled=bundled, cluster_neurons=3,
                 dram_budget_fraction=0.3)
     assert not ffn.reader.direct and ffn.pipeline.zero_copy
+    assert ffn.reader.engine == "threads"  # auto: native AIO would block without O_DIRECT
     run_both(opt_weights, ffn, rows=2)
     assert ffn.metrics()["flash_direct_io"] == 0.0
 
