@@ -135,6 +135,36 @@ def cached_bytes() -> int:
     return 0
 
 
+def page_cache_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes of `path` resident in the page cache (mincore over a private mapping, which
+    reads nothing); None where mincore is unavailable. Unlike /proc/meminfo Cached this
+    is immune to other processes' file activity."""
+    import ctypes
+    import mmap
+
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        page = mmap.PAGESIZE
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        try:
+            anchor = ctypes.c_char.from_buffer(mm)
+            vec = (ctypes.c_ubyte * (-(-size // page)))()
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size),
+                              vec)
+            del anchor
+        finally:
+            mm.close()
+        if rc != 0:
+            return None
+        return int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1)) * page
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -179,6 +209,8 @@ class FlashBenchReport:
     mean_active: float
     cached_growth_direct: int
     cached_growth_buffered: int | None
+    file_cache_direct: int | None  # weight-file bytes newly in the page cache (O_DIRECT runs)
+    file_cache_buffered: int | None
     loadavg_before: tuple[float, float, float]
     loadavg_after: tuple[float, float, float]
     machine: str
@@ -237,9 +269,11 @@ class FlashBenchReport:
             f"GB/s); best measured at any size {self.storage.random_read_bw / GB:.2f} GB/s. "
             "Achieved = bytes / time the reads were outstanding as seen by the engine "
             "(an upper bound on device time when overlapped)",
-            f"page cache (Cached) growth: O_DIRECT variants {self.cached_growth_direct / MB:.1f} "
-            "MB" + ("" if self.cached_growth_buffered is None else
-                    f", buffered variant {self.cached_growth_buffered / MB:.1f} MB"),
+            f"page cache: weight-file pages added (mincore) during O_DIRECT variants "
+            f"{_mb(self.file_cache_direct)}, during the buffered variant "
+            f"{_mb(self.file_cache_buffered)}; /proc/meminfo Cached growth (all processes) "
+            f"{self.cached_growth_direct / MB:.1f} MB / "
+            f"{_mb(self.cached_growth_buffered)}",
             "",
             self.table(),
             "",
@@ -247,6 +281,10 @@ class FlashBenchReport:
             + ", ".join(f"{r.variant.name}: {r.max_abs_diff:.2e}" for r in self.results[1:]),
         ]
         return "\n".join(out)
+
+
+def _mb(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / MB:.1f} MB"
 
 
 def _cpu_model() -> str:
@@ -262,7 +300,8 @@ def _cpu_model() -> str:
 def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | None = None,
                     tokens: int = 32, rounds: int = 3, warmup: int = 16, io_threads: int = 8,
                     hot_fraction: float = 0.5, cache_dir: str | os.PathLike | None = None,
-                    buffered_check: bool = True, storage_mb: int = 512, seed: int = 0,
+                    buffered_check: bool = True, storage_mb: int = 512,
+                    storage_seconds: float = 0.5, seed: int = 0,
                     log: Any = print) -> FlashBenchReport:
     """Measure the variants side by side (see the module docstring)."""
     from powerbench.engine.sparse import SparseFFN
@@ -320,6 +359,12 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                     outs.append(y)
         return time.perf_counter() - t0, outs
 
+    # start every variant from a cold page cache (the buffered one's start-up reads would
+    # otherwise have left the file in it)
+    for path in {e.path for e in engines if isinstance(e, FlashFFN)}:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
     # warm-up (same tokens for all), then interleaved rounds on fresh tokens
     for ffn in engines:
         steps(ffn, 0, warmup)
@@ -328,21 +373,31 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     totals: list[dict[str, float]] = [{} for _ in engines]
     cached_direct = 0
     cached_buffered: int | None = None
+    file_direct: int | None = None
+    file_buffered: int | None = None
     reference: list = []
     for r in range(rounds):
         start = warmup + r * tokens
         for i, (ffn, res) in enumerate(zip(engines, results, strict=True)):
+            path = getattr(ffn, "path", None)
             c0 = cached_bytes()
+            f0 = page_cache_bytes(path) if path is not None else None
             dt, outs = steps(ffn, start, tokens, keep=(r == 0))
             growth = cached_bytes() - c0
+            f1 = page_cache_bytes(path) if path is not None else None
+            fgrowth = None if f0 is None or f1 is None else f1 - f0
             res.round_tokens_per_s.append(tokens / dt)
             if res.variant.budget is None:
                 reference = outs if r == 0 else reference
                 continue
             if res.variant.direct:
                 cached_direct += growth
+                if fgrowth is not None:
+                    file_direct = (file_direct or 0) + fgrowth
             else:
                 cached_buffered = (cached_buffered or 0) + growth
+                if fgrowth is not None:
+                    file_buffered = (file_buffered or 0) + fgrowth
             if r == 0:
                 res.max_abs_diff = max(float((a.float() - b.float()).abs().max())
                                        for a, b in zip(reference, outs, strict=True))
@@ -371,11 +426,13 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     log("bench: storage microbenchmark ...")
     storage = measure_storage(root, file_mb=storage_mb,
                               blocks_kb=tuple(sorted({g.cluster_bytes // 1024, 4, 512})),
-                              queue_depths=tuple(sorted({1, io_threads, 32})), seconds=0.5)
+                              queue_depths=tuple(sorted({1, io_threads, 32})),
+                              seconds=storage_seconds)
     return FlashBenchReport(
         shape=shape, results=results, storage=storage, io_threads=io_threads,
         cluster_bytes=g.cluster_bytes, tokens_per_round=tokens, rounds=rounds,
         mean_active=sets.mean_active(), cached_growth_direct=cached_direct,
-        cached_growth_buffered=cached_buffered, loadavg_before=load_before,
+        cached_growth_buffered=cached_buffered, file_cache_direct=file_direct,
+        file_cache_buffered=file_buffered, loadavg_before=load_before,
         loadavg_after=os.getloadavg(), machine=f"{_cpu_model()}, {os.cpu_count()} CPUs",
         threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start)

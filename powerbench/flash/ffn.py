@@ -7,8 +7,14 @@ holds a segmented neuron cache (`powerbench.flash.cache`) of `dram_budget_gb` (o
 `ActivationProfile` counts when a `profile` is offered (else the whole budget is LRU),
 and per-layer LRU segments, warm-started (`preload_lru`) with each layer's next most
 frequent clusters. Each call: the predictors' active set, the cache lookup,
-page-cache-bypassing reads of the missing clusters by an I/O pool, overlapped with the
-resident neurons' compute (`pipeline`), then the rest (`powerbench.flash.pipeline`).
+page-cache-bypassing reads of the missing clusters (Linux native AIO, one system call per
+layer; or a thread pool: `io_engine`), overlapped with the resident neurons' compute
+(`pipeline`), then the rest (`powerbench.flash.pipeline`).
+
+DRAM use: the cache (the budget), one layer's worth of scratch slots for uncached reads
+(`flash_scratch_gb`), the biases. The decoder's own `weights` still hold every FFN
+matrix (the engine extracts them from the HF model); FlashFFN never reads them after
+writing the file, but it cannot free them.
 
 Same call signature and same outputs (within fp tolerance) as `SparseFFN` with the same
 predictors: the same neurons, the same operator backend, another summation order. Calls
@@ -231,6 +237,8 @@ class FlashFFN:
             "flash_queue_depth": float(self.reader.depth),
             "flash_budget_gb": self.budget_bytes / GB,
             "flash_cache_gb": self.cache.n_slots * self.geometry.cluster_neurons
+            * self.geometry.bundle_bytes / GB,
+            "flash_scratch_gb": self.geometry.n_clusters * self.geometry.cluster_neurons
             * self.geometry.bundle_bytes / GB,
             "flash_hot_share": self.cache.n_hot / max(self.cache.n_slots, 1),
             "flash_file_gb": self.header.file_bytes / GB,
