@@ -25,7 +25,7 @@ from torch import Tensor
 
 from powerbench.flash.cache import SegmentedNeuronCache
 from powerbench.flash.layout import ALIGN, LayoutGeometry, LayoutHeader
-from powerbench.flash.reader import DirectReader, aligned_buffer
+from powerbench.flash.reader import DirectReader, ReadPlan, aligned_buffer
 from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
 
@@ -143,10 +143,30 @@ class LayerPipeline:
         if self.zero_copy:
             b1 = None if self.b1 is None else self.b1[layer]
             self.arena.set_b1(slots, clusters, b1)
+            if self.g.bundled and (clusters.size < 2 or np.diff(clusters).min() > 1):
+                # no two clusters adjacent in the file: one read per cluster, built directly
+                plan = self._bundled_plan(base, clusters, slots)
+                return self.reader.submit_plan(plan, self.arena.flat_np)
             offs, lens, bufs, dests = self.g.row_extents(base, clusters, slots)
             return self.reader.submit(offs, lens, dests, self.arena.flat_np, bufs)
         offs, lens, dests = self.g.cluster_extents(base, clusters)
         return self.reader.submit(offs, lens, dests, self.stage_np)
+
+    def _bundled_plan(self, base: int, clusters: np.ndarray, slots: np.ndarray) -> ReadPlan:
+        """What `plan_reads(row_extents(...))` gives when no clusters are neighbours: read
+        j = cluster j's bundles, scattered into its arena rows (one piece per part and
+        neuron)."""
+        g = self.g
+        n, per = clusters.size, g.cluster_neurons * g.n_parts
+        rows = self.arena.rows(slots)  # [n * cn], cluster-major
+        return ReadPlan(
+            op_offset=base + clusters * g.cluster_bytes,
+            op_bytes=np.full(n, per * g.row_bytes, dtype=np.int64),
+            op_first=np.arange(n, dtype=np.int64) * per,
+            op_pieces=np.full(n, per, dtype=np.int64),
+            piece_buf=np.tile(np.arange(g.n_parts, dtype=np.int64), rows.size),
+            piece_dest=np.repeat(rows * g.row_bytes, g.n_parts),
+            piece_len=np.full(n * per, g.row_bytes, dtype=np.int64))
 
     def _install(self, layer: int, slots: np.ndarray, clusters: np.ndarray) -> None:
         if not self.zero_copy:
@@ -171,7 +191,10 @@ class LayerPipeline:
         g, cn, t = self.g, self.g.cluster_neurons, self.times
         t0 = time.perf_counter()
         ids_np = ids.detach().cpu().numpy().astype(np.int64, copy=False)
-        units, inv = np.unique(ids_np // cn, return_inverse=True)
+        if cn == 1 and (ids_np.size < 2 or np.diff(ids_np).min() > 0):
+            units, inv = ids_np, slice(None)  # sorted distinct ids are their own clusters
+        else:
+            units, inv = np.unique(ids_np // cn, return_inverse=True)
         look = self.cache.lookup(layer, units, count=count)
         unit_slot = np.empty(units.size, dtype=np.int64)
         unit_slot[look.hit_pos] = look.hit_slots

@@ -289,10 +289,20 @@ class DirectReader:
         pending = PendingRead(started=time.perf_counter())
         if len(file_offsets) == 0:
             return pending
-        dests = dest if isinstance(dest, list) else [dest]
         plan = plan_reads(file_offsets, lengths, dest_offsets, self.max_read_bytes, buffers)
+        return self.submit_plan(plan, dest, len(file_offsets), pending)
+
+    def submit_plan(self, plan: ReadPlan, dest: np.ndarray | list[np.ndarray],
+                    n_extents: int | None = None, pending: PendingRead | None = None,
+                    ) -> PendingRead:
+        """`submit` for reads already grouped (e.g. by a caller that knows its layout)."""
+        if pending is None:
+            if self._last is not None and not self._last.collected:
+                self._last.wait()
+            pending = PendingRead(started=time.perf_counter())
+        dests = dest if isinstance(dest, list) else [dest]
         with self._lock:
-            self.stats.extents += len(file_offsets)
+            self.stats.extents += plan.n_reads if n_extents is None else n_extents
         if self.aio is not None:
             bases = np.array([d.ctypes.data for d in dests], dtype=np.uint64)
             pending.batch = self.aio.submit_plan(self.fd, plan, bases)

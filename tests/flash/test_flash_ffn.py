@@ -80,15 +80,19 @@ def test_gated_equals_sparse_ffn(request, tmp_path, model):
     assert ffn.metrics()["flash_bytes_read_per_token"] > 0
 
 
-@pytest.mark.parametrize("backend", ["sparse_cpu", "sparse_torch"])
-def test_fp16_page_aligned_rows_on_the_compiled_backend(tmp_path, backend):
+def fp16_weights():
     """d_model 2048 in fp16: one 4 KB row per matrix, one neuron per cluster (real sizes)."""
-    weights = make_opt_weights(d_model=2048, d_ffn=64, layers=2, seed=3)
     from dataclasses import replace
 
-    weights = replace(weights, embed=weights.embed.half(), layers=[replace(layer, ffn=replace(
+    weights = make_opt_weights(d_model=2048, d_ffn=64, layers=2, seed=3)
+    return replace(weights, embed=weights.embed.half(), layers=[replace(layer, ffn=replace(
         layer.ffn, w1=layer.ffn.w1.half(), w2=layer.ffn.w2.half(), w2_t=layer.ffn.w2_t.half(),
         b1=layer.ffn.b1.half(), b2=layer.ffn.b2.half())) for layer in weights.layers])
+
+
+@pytest.mark.parametrize("backend", ["sparse_cpu", "sparse_torch"])
+def test_fp16_page_aligned_rows_on_the_compiled_backend(tmp_path, backend):
+    weights = fp16_weights()
     ffn = flash(weights, tmp_path, backend=backend, dram_budget_fraction=0.25)
     assert ffn.geometry.cluster_neurons == 1 and ffn.geometry.cluster_bytes == 2 * ALIGN
     assert ffn.pipeline.zero_copy  # O_DIRECT reads straight into the arena's 4 KB rows
@@ -183,3 +187,16 @@ def test_both_io_engines_equal_sparse_ffn(opt_weights, tmp_path, engine):
     assert ffn.reader.engine == engine and ffn.metrics()["flash_aio"] == (engine == "aio")
     run_both(opt_weights, ffn, rows=2)
     assert ffn.metrics()["flash_reads"] > 0
+
+
+def test_the_direct_bundled_plan_is_the_generic_one(tmp_path):
+    from powerbench.flash.reader import plan_reads
+
+    ffn = flash(fp16_weights(), tmp_path, dram_budget_fraction=0.25)
+    clusters, slots = np.array([3, 9, 40]), np.array([7, 0, 12])
+    base = ffn.header.layer_offsets[1]
+    fast = ffn.pipeline._bundled_plan(base, clusters, slots)
+    offs, lens, bufs, dests = ffn.geometry.row_extents(base, clusters, slots)
+    slow = plan_reads(offs, lens, dests, buffers=bufs)
+    for name in fast.__dataclass_fields__:
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
