@@ -77,6 +77,10 @@ class AioBatch:
     submitted: int = 0
     done: int = 0
 
+    def start(self) -> None:
+        """The first `io_submit` (up to the context's depth)."""
+        self._submit_more()
+
     @property
     def finished(self) -> bool:
         return self.done == len(self.iocbs)
@@ -151,9 +155,11 @@ class AioContext:
         self.handle = handle.value
         self.events = np.zeros(self.depth, dtype=EVENT)
 
-    def submit_plan(self, fd: int, plan: ReadPlan, bases: np.ndarray) -> AioBatch:
-        """Start the plan's reads (vectorised: no Python per read). `bases[b]`: address of
-        buffer b. One piece: PREAD; several: PREADV over a slice of one iovec array."""
+    def submit_plan(self, fd: int, plan: ReadPlan, bases: np.ndarray,
+                    start: bool = True) -> AioBatch:
+        """Prepare the plan's reads (vectorised: no Python per read) and, with `start`,
+        submit them (else call `batch.start()`, e.g. from another thread). `bases[b]`:
+        address of buffer b. One piece: PREAD; several: PREADV over one iovec array."""
         n = plan.n_reads
         iov = np.empty((plan.piece_len.size, 2), dtype=np.uint64)  # struct iovec {base, len}
         iov[:, 0] = bases[plan.piece_buf] + plan.piece_dest.astype(np.uint64)
@@ -169,7 +175,8 @@ class AioContext:
                               iov.ctypes.data + first.astype(np.uint64) * 16)
         cbs["nbytes"] = np.where(single, iov[first, 1], plan.op_pieces.astype(np.uint64))
         batch = AioBatch(self, cbs, plan.op_bytes, iov, plan.op_first, plan.op_pieces, fd)
-        batch._submit_more()
+        if start:
+            batch.start()
         return batch
 
     def close(self) -> None:

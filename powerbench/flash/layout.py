@@ -31,6 +31,7 @@ import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -95,11 +96,11 @@ class LayoutGeometry:
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         return torch.empty((), dtype=self.torch_dtype).element_size()
 
-    @property
+    @cached_property
     def n_parts(self) -> int:
         """Matrices per neuron: fc1 + fc2 (relu) or gate + up + down."""
         return 2 if self.kind == "relu" else 3
@@ -108,32 +109,32 @@ class LayoutGeometry:
     def part_names(self) -> tuple[str, ...]:
         return ("w1", "w2_t") if self.kind == "relu" else ("w_gate", "w_up", "w_down_t")
 
-    @property
+    @cached_property
     def row_bytes(self) -> int:
         return self.d_model * self.itemsize
 
-    @property
+    @cached_property
     def bundle_bytes(self) -> int:
         """One neuron's weights (all parts), unpadded."""
         return self.n_parts * self.row_bytes
 
-    @property
+    @cached_property
     def n_clusters(self) -> int:
         return -(-self.d_ffn // self.cluster_neurons)
 
-    @property
+    @cached_property
     def part_stride(self) -> int:
         """Unbundled: one cluster's rows of one matrix, padded."""
         return align_up(self.cluster_neurons * self.row_bytes)
 
-    @property
+    @cached_property
     def cluster_bytes(self) -> int:
         """Bytes read from the file for one cluster (padding included)."""
         if self.bundled:
             return align_up(self.cluster_neurons * self.bundle_bytes)
         return self.n_parts * self.part_stride
 
-    @property
+    @cached_property
     def layer_bytes(self) -> int:
         return self.n_clusters * self.cluster_bytes
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -151,12 +151,68 @@ class ReaderStats:
         self.busy_s = 0.0
 
 
+class Task:
+    """A job handed to a `Workers` thread; `result()` blocks until it ran (re-raising)."""
+
+    __slots__ = ("fn", "args", "_done", "_outcome")
+
+    def __init__(self, fn: Callable[..., object], args: tuple) -> None:
+        self.fn, self.args = fn, args
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._outcome: tuple[bool, object] | None = None
+
+    def run(self) -> None:
+        try:
+            self._done.put((True, self.fn(*self.args)))
+        except BaseException as err:  # handed to the waiter
+            self._done.put((False, err))
+
+    def result(self) -> object:
+        if self._outcome is None:
+            self._outcome = self._done.get()
+        ok, value = self._outcome
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value
+
+
+class Workers:
+    """Daemon threads taking `Task`s from one C-level `SimpleQueue`: a hand-off costs a
+    few microseconds (`ThreadPoolExecutor.submit` costs ~100 us under CPU contention, in
+    its Python-level idle semaphore)."""
+
+    def __init__(self, n: int, name: str = "flash-io") -> None:
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while True:
+            task = self.q.get()
+            if task is None:
+                return
+            task.run()
+
+    def submit(self, fn: Callable[..., object], *args: object) -> Task:
+        task = Task(fn, args)
+        self.q.put(task)
+        return task
+
+    def shutdown(self) -> None:
+        for _ in self.threads:
+            self.q.put(None)
+        for t in self.threads:
+            t.join()
+
+
 @dataclass
 class PendingRead:
     """A submitted batch: `wait()` blocks until every read landed and returns its wall
     time (submit to the last completion the waiter saw)."""
 
-    futures: list[Future] = field(default_factory=list)
+    futures: list[Task] = field(default_factory=list)
     started: float = 0.0
     finished: list[float] = field(default_factory=list)
     batch: AioBatch | None = None
@@ -171,6 +227,8 @@ class PendingRead:
             self.collected = True
 
     def _wait(self) -> float:
+        for fut in self.futures:  # threads: the reads; aio: the submission
+            fut.result()
         if self.batch is not None:
             if not self.batch.finished:
                 self.batch.wait()
@@ -178,8 +236,6 @@ class PendingRead:
                 self.finished.append(time.perf_counter())
                 if self.on_done is not None:
                     self.on_done()
-        for fut in self.futures:
-            fut.result()
         return (max(self.finished) - self.started) if self.finished else 0.0
 
 
@@ -189,11 +245,12 @@ IOEngine = Literal["auto", "aio", "threads"]
 class DirectReader:
     """`engine`: "aio" (Linux native AIO: one system call per batch, up to `depth` reads
     in flight), "threads" (`io_threads` workers issuing `preadv`, queue depth =
-    `io_threads`), or "auto" (aio where the kernel allows it and O_DIRECT is in effect)."""
+    `io_threads`), or "auto" (aio where the kernel allows it and O_DIRECT is in effect).
+    `submit_thread`: aio batches are submitted by a pool worker, not the caller."""
 
     def __init__(self, path: str | os.PathLike, io_threads: int = 4, direct: bool = True,
                  max_read_bytes: int = 1 << 20, engine: IOEngine = "auto",
-                 depth: int = 128) -> None:
+                 depth: int = 128, submit_thread: bool = True) -> None:
         if io_threads < 1:
             raise ValueError(f"io_threads must be >= 1, got {io_threads}")
         if engine not in ("auto", "aio", "threads"):
@@ -201,6 +258,7 @@ class DirectReader:
         self.path = str(path)
         self.io_threads = io_threads
         self.max_read_bytes = max_read_bytes
+        self.submit_thread = submit_thread
         self.stats = ReaderStats()
         self._lock = threading.Lock()
         self.fd, self.direct = self._open(direct)
@@ -216,7 +274,7 @@ class DirectReader:
                               RuntimeWarning, stacklevel=2)
         self.engine = "aio" if self.aio is not None else "threads"
         self.depth = self.aio.depth if self.aio is not None else io_threads
-        self.pool = ThreadPoolExecutor(io_threads, thread_name_prefix="flash-io")
+        self.pool = Workers(io_threads)
         self._last: PendingRead | None = None
 
     def _open(self, direct: bool) -> tuple[int, bool]:
@@ -305,7 +363,14 @@ class DirectReader:
             self.stats.extents += plan.n_reads if n_extents is None else n_extents
         if self.aio is not None:
             bases = np.array([d.ctypes.data for d in dests], dtype=np.uint64)
-            pending.batch = self.aio.submit_plan(self.fd, plan, bases)
+            pending.batch = self.aio.submit_plan(self.fd, plan, bases, start=False)
+            if self.submit_thread:
+                # io_submit does the kernel's per-read work (page pinning, block mapping,
+                # the device doorbell: costly in a VM) in the caller: hand it to a worker
+                # so the caller computes meanwhile (one thread wake per batch)
+                pending.futures = [self.pool.submit(pending.batch.start)]
+            else:
+                pending.batch.start()
             nbytes, nreads = int(plan.op_bytes.sum()), plan.n_reads
 
             def count() -> None:
@@ -334,7 +399,7 @@ class DirectReader:
                     self._last.wait()
                 except OSError:  # nobody asked for this batch any more
                     pass
-            self.pool.shutdown(wait=True)
+            self.pool.shutdown()
             if self.aio is not None:
                 self.aio.close()
             os.close(self.fd)

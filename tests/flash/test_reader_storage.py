@@ -78,7 +78,7 @@ def test_aio_batches_larger_than_the_depth_and_overlap_with_the_caller(data_file
     path, data = data_file
     blocks = np.arange(0, 64, 2)  # 32 reads, none adjacent
     dest = aligned_buffer(blocks.size * BLOCK)
-    with DirectReader(path, engine="aio", depth=4) as r:
+    with DirectReader(path, engine="aio", depth=4, submit_thread=False) as r:
         pending = r.submit(blocks * BLOCK, np.full(blocks.size, BLOCK),
                            np.arange(blocks.size) * BLOCK, dest)
         assert pending.batch is not None and pending.batch.submitted == 4  # the rest later
