@@ -2,7 +2,7 @@
 budgets, plus the bundling / pipelining ablation, side by side in one run.
 
     PYTHONPATH=. .venv/bin/python experiments/bench_flash.py [--tokens 32] [--rounds 3]
-        [--io-threads 8] [--layers 24] [--d-model 2048] [--d-ffn 8192] [--dtype float16]
+        [--io-threads 16] [--layers 24] [--d-model 2048] [--d-ffn 8192] [--dtype float16]
         [--out results/flash_bench.txt]
 
 Synthetic random weights (only speed is meaningful); see :mod:`powerbench.flash.bench`.
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32, help="decode steps per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=16)
-    p.add_argument("--io-threads", type=int, default=8)
+    p.add_argument("--io-threads", type=int, default=16)
     p.add_argument("--hot-fraction", type=float, default=0.5)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--d-model", type=int, default=2048)

@@ -172,7 +172,7 @@ class Variant:
     bundled: bool = True
     pipeline: bool = True
     direct: bool = True
-    io_engine: str = "auto"  # auto (aio where available) | threads
+    io_engine: str = "threads"  # threads | aio
 
 
 def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
@@ -183,7 +183,7 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
     out += [Variant(f"flash {b:.0%} unbundled", b, bundled=False),
             Variant(f"flash {b:.0%} no pipeline", b, pipeline=False),
             Variant(f"flash {b:.0%} unbundled no pipeline", b, bundled=False, pipeline=False),
-            Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads")]
+            Variant(f"flash {b:.0%} native AIO reads", b, io_engine="aio")]
     return out
 
 
@@ -298,7 +298,7 @@ def _cpu_model() -> str:
 
 
 def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | None = None,
-                    tokens: int = 32, rounds: int = 3, warmup: int = 16, io_threads: int = 8,
+                    tokens: int = 32, rounds: int = 3, warmup: int = 16, io_threads: int = 16,
                     hot_fraction: float = 0.5, cache_dir: str | os.PathLike | None = None,
                     buffered_check: bool = True, storage_mb: int = 512,
                     storage_seconds: float = 0.5, seed: int = 0,
@@ -426,7 +426,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     log("bench: storage microbenchmark ...")
     storage = measure_storage(root, file_mb=storage_mb,
                               blocks_kb=tuple(sorted({g.cluster_bytes // 1024, 4, 512})),
-                              queue_depths=tuple(sorted({1, io_threads, 32})),
+                              queue_depths=tuple(sorted({1, 8, io_threads, 32})),
                               seconds=storage_seconds)
     return FlashBenchReport(
         shape=shape, results=results, storage=storage, io_threads=io_threads,

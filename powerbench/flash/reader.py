@@ -250,7 +250,7 @@ class DirectReader:
 
     def __init__(self, path: str | os.PathLike, io_threads: int = 4, direct: bool = True,
                  max_read_bytes: int = 1 << 20, engine: IOEngine = "auto",
-                 depth: int = 128, submit_thread: bool = True) -> None:
+                 depth: int = 128, submit_thread: bool = False) -> None:
         if io_threads < 1:
             raise ValueError(f"io_threads must be >= 1, got {io_threads}")
         if engine not in ("auto", "aio", "threads"):

@@ -65,6 +65,7 @@ def test_relu_opt_equals_sparse_ffn(opt_weights, tmp_path, bundled, pipeline, bu
 @pytest.mark.parametrize("bundled", [True, False])
 def test_buffered_reads_go_straight_into_the_arena(opt_weights, tmp_path, bundled):
     ffn = flash(opt_weights, tmp_path, direct=False, bundled=bundled, cluster_neurons=3,
+                io_engine="auto",
                 dram_budget_fraction=0.3)
     assert not ffn.reader.direct and ffn.pipeline.zero_copy
     assert ffn.reader.engine == "threads"  # auto: native AIO would block without O_DIRECT
