@@ -222,14 +222,18 @@ class FlashBenchReport:
         return self.storage.best_bandwidth(self.cluster_bytes)
 
     def table(self) -> str:
-        base = self.results[0].tokens_per_s
+        base = self.results[0].round_tokens_per_s
         ref = self.storage_bw()
-        head = (f"{'variant':34s} {'tok/s':>8s} {'xDRAM':>6s} {'MB/tok':>7s} {'GB/s':>6s} "
+        head = (f"{'variant':34s} {'tok/s':>8s} {'xDRAM':>6s} {'range':>11s} {'MB/tok':>7s} "
+                f"{'GB/s':>6s} "
                 f"{'%bw':>5s} {'hot':>5s} {'lru':>5s} {'wait ms':>8s} {'comp ms':>8s} "
                 f"{'plan ms':>8s}")
         lines = [head, "-" * len(head)]
         for r in self.results:
             m = r.metrics
+            ratios = [a / b for a, b in zip(r.round_tokens_per_s, base, strict=True)]
+            ratio = statistics.median(ratios)
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
             if r.variant.budget is None:
                 lines.append(f"{r.variant.name:34s} {r.tokens_per_s:8.1f} {1.0:6.2f}")
                 continue
@@ -237,7 +241,7 @@ class FlashBenchReport:
             gbs = m.get("flash_read_gb_s", 0.0)
             lines.append(
                 f"{r.variant.name + ('' if r.variant.direct else ' (buffered)'):34s} "
-                f"{r.tokens_per_s:8.1f} {r.tokens_per_s / base:6.2f} "
+                f"{r.tokens_per_s:8.1f} {ratio:6.2f} {spread:>11s} "
                 f"{m['flash_bytes_read_per_token'] / MB:7.2f} {gbs:6.2f} "
                 f"{100 * gbs * GB / ref:5.0f} {m['flash_hit_rate_hot']:5.2f} "
                 f"{m['flash_hit_rate_lru']:5.2f} {1e3 * m['flash_io_wait_s'] / steps:8.2f} "
@@ -258,7 +262,9 @@ class FlashBenchReport:
             f"machine: {self.machine}, torch threads {self.threads}, io_threads "
             f"{self.io_threads}; load average before {self.loadavg_before}, after "
             f"{self.loadavg_after}",
-            f"rounds {self.rounds} x {self.tokens_per_round} tokens (tok/s: median round); "
+            f"rounds {self.rounds} x {self.tokens_per_round} tokens, variants interleaved "
+            "(tok/s: median round; xDRAM: median over rounds of the ratio to the DRAM engine's "
+            "tok/s in the same round, range: min-max); ms columns: per token; "
             f"wall {self.seconds:.0f} s",
             f"storage (O_DIRECT={st.direct}, {st.path}): random reads "
             + ", ".join(f"{r.block_bytes // 1024}K qd{r.queue_depth} "
@@ -385,7 +391,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
             dt, outs = steps(ffn, start, tokens, keep=(r == 0))
             growth = cached_bytes() - c0
             f1 = page_cache_bytes(path) if path is not None else None
-            fgrowth = None if f0 is None or f1 is None else f1 - f0
+            fgrowth = None if f0 is None or f1 is None else max(f1 - f0, 0)  # pages added
             res.round_tokens_per_s.append(tokens / dt)
             if res.variant.budget is None:
                 reference = outs if r == 0 else reference
