@@ -142,3 +142,17 @@ def test_local_profile_records_storage_as_a_tier(tmp_path):
     assert tier.effective_bw == pytest.approx(max(tier.extra["rand_read_512k_qd1_gb_s"],
                                                   tier.extra["rand_read_512k_qd2_gb_s"]) * 1e9)
     assert tier.extra["rand_read_4k_qd1_lat_us"] > 0
+
+
+def test_aio_submission_from_a_worker_thread(data_file):
+    path, data = data_file
+    blocks = np.array([5, 17, 18, 40])
+    dest = aligned_buffer(blocks.size * BLOCK)
+    with DirectReader(path, engine="aio", submit_thread=True) as r:
+        pending = r.submit(blocks * BLOCK, np.full(blocks.size, BLOCK),
+                           np.arange(blocks.size) * BLOCK, dest)
+        assert len(pending.futures) == 1  # the io_submit runs on a worker
+        pending.wait()
+        assert r.stats.reads == 3 and r.stats.bytes_read == blocks.size * BLOCK
+    for i, b in enumerate(blocks):
+        assert np.array_equal(dest[i * BLOCK:(i + 1) * BLOCK], data[b * BLOCK:(b + 1) * BLOCK])
