@@ -216,7 +216,7 @@ def run_stages(ctx: RunContext) -> None:
                  "(no weights here); simulator=cost_model estimates its speed for a hardware "
                  "profile")
         return
-    context = {"predictors": predictors, "placement": placement}
+    context = {"predictors": predictors, "placement": placement, "profile": profile}
     timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split, **context))
     timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split, predictors))
 

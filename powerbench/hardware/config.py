@@ -84,6 +84,12 @@ class LocalHardwareConfig:
     sync_iters: int = 2000  # thread ping-pong round trips
     cuda: bool = True  # also measure the GPU when torch sees one
     cuda_copy_mb: int = 256
+    # storage tier `flash`: random O_DIRECT reads of a scratch file (deleted after)
+    storage: bool = True
+    storage_mb: int = 256  # scratch file size
+    storage_dir: str | None = None  # default: <cache_dir>/hardware
+    storage_queue_depths: list[int] = field(default_factory=lambda: [1, 4, 16])
+    storage_seconds: float = 0.2  # per (block size, queue depth) point
 
 
 SCHEMAS = {"static": StaticHardwareConfig, "local": LocalHardwareConfig}

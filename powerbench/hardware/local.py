@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import socket
 import time
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from powerbench.hardware.hardware_profile import (
     Link,
     MemoryTier,
 )
+from powerbench.hardware.storage import measure_storage
 from powerbench.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
         clusters=(CoreCluster(name="all", cores=ncpu),), effective_flops=gemm,
         gemv_flops=gemv,
     )}
+    if c.storage:
+        memories["flash"] = storage_tier(c)
     accelerator, link = None, None
     sync_s, launch_s = thread_sync, dispatch
     meta: dict[str, Any] = {"hostname": socket.gethostname(), "facts": facts}
@@ -150,6 +154,20 @@ def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
     )
 
 
+def storage_tier(c: LocalHardwareConfig) -> MemoryTier:
+    """The disk under `storage_dir` as tier `flash` (kind ssd, or hdd if it spins): the
+    best 512 KB random-read bandwidth as effective, every point in `extra`."""
+    directory = Path(c.storage_dir) if c.storage_dir else cache_dir() / "hardware"
+    st = measure_storage(directory, file_mb=c.storage_mb,
+                         queue_depths=tuple(c.storage_queue_depths), seconds=c.storage_seconds)
+    disk = shutil.disk_usage(directory)
+    slow = st.result(4096, min(c.storage_queue_depths)).latency_s > 2e-3
+    return MemoryTier(name="flash", kind="hdd" if st.rotational and slow else "ssd",
+                      capacity_bytes=float(disk.total), reserved_bytes=float(disk.used),
+                      peak_bw=None, effective_bw=st.best_bandwidth(512 * 1024),
+                      extra={**st.figures(), "rotational": float(bool(st.rotational))})
+
+
 # ---- cache --------------------------------------------------------------------------------
 def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
     if c.cache_file:
@@ -169,10 +187,13 @@ def load_local(cfg: LocalHardwareConfig | None = None,
             record = json.loads(cache.path(key).read_text())
             if record.get("fingerprint") == current:
                 profile = HardwareProfile.from_dict(record["profile"])
-                log.info("hardware: local profile from %s (measured %s)", cache.path(key),
-                         record.get("date"))
-                return profile
-            log.info("hardware: cached local profile is for another machine; remeasuring")
+                if not c.storage or "flash" in profile.memories:
+                    log.info("hardware: local profile from %s (measured %s)", cache.path(key),
+                             record.get("date"))
+                    return profile
+                log.info("hardware: cached local profile has no storage tier; remeasuring")
+            else:
+                log.info("hardware: cached local profile is for another machine; remeasuring")
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
     profile = measure_local(c)

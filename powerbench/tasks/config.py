@@ -110,6 +110,29 @@ class BenchSolverTask:
 
 
 @dataclass
+class BenchFlashTask:
+    """Flash-offloaded FFN (PowerInfer-2) vs the in-DRAM sparse FFN, with the ablation.
+
+    Synthetic random weights of a real-size shape (only speed is meaningful), active sets
+    drawn from the synthetic OPT profile; FFN-only decode steps.
+    """
+
+    _target_: str = "powerbench.tasks.bench_flash.bench_flash"
+    name: str = "bench_flash"
+    tokens: int = 32  # decode steps per round
+    rounds: int = 3
+    warmup: int = 16
+    io_threads: int = 16
+    hot_fraction: float = 0.5
+    layers: int = 24  # OPT-1.3B-shaped by default
+    d_model: int = 2048
+    d_ffn: int = 8192
+    dtype: str = "float16"
+    budgets: list[float] = field(default_factory=lambda: [1.0, 0.5, 0.25, 0.1])
+    out: str | None = None  # report file (None: results/flash_bench.txt)
+
+
+@dataclass
 class FigureTask:
     """Regenerate figures from MLflow runs (results/<figure>.csv and .png)."""
 
@@ -158,5 +181,5 @@ class UiTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
-           "hybrid_local": HybridLocalTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
+           "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
            "ui": UiTask}

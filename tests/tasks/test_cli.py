@@ -121,7 +121,7 @@ def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
 def test_validate_task(run_cli, tiny_overrides):
     run_cli(["validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
              "hardware.gemv_dim=512", "hardware.gemm_dim=128", "hardware.repeats=2",
-             "hardware.sync_iters=200", "task.rounds=1", "task.engines=[dense]",
+             "hardware.sync_iters=200", "hardware.storage=false", "task.rounds=1", "task.engines=[dense]",
              "task.calibrate=false", "task.figure=false"])
     runs = _runs(run_cli.store, "validation_local")
     assert len(runs) == 1 and runs.iloc[0]["tags.hardware_variant"] == "profile"
