@@ -132,10 +132,11 @@ def test_storage_benchmark_gives_sane_numbers(tmp_path):
 
 
 def test_local_profile_records_storage_as_a_tier(tmp_path):
-    from powerbench.hardware.local import as_local_config, storage_tier
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.hardware.local import storage_tier
 
-    cfg = as_local_config({"storage_dir": str(tmp_path), "storage_mb": 8,
-                           "storage_queue_depths": [1, 2], "storage_seconds": 0.05})
+    cfg = LocalHardwareConfig(storage_dir=str(tmp_path), storage_mb=8,
+                              storage_queue_depths=[1, 2], storage_seconds=0.05)
     tier = storage_tier(cfg)
     assert tier.name == "flash" and tier.kind in ("ssd", "hdd")
     assert tier.effective_bw > 1e5 and tier.capacity_bytes > 0 and tier.peak_bw is None
