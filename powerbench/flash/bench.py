@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from powerbench.flash.ffn import FlashFFN
+from powerbench.hardware.facts import cpu_model
 
 GB = 1e9
 MB = 1e6
@@ -293,16 +294,6 @@ def _mb(n: int | None) -> str:
     return "n/a" if n is None else f"{n / MB:.1f} MB"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | None = None,
                     tokens: int = 32, rounds: int = 3, warmup: int = 16, io_threads: int = 16,
                     hot_fraction: float = 0.5, cache_dir: str | os.PathLike | None = None,
@@ -440,5 +431,5 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
         mean_active=sets.mean_active(), cached_growth_direct=cached_direct,
         cached_growth_buffered=cached_buffered, file_cache_direct=file_direct,
         file_cache_buffered=file_buffered, loadavg_before=load_before,
-        loadavg_after=os.getloadavg(), machine=f"{_cpu_model()}, {os.cpu_count()} CPUs",
+        loadavg_after=os.getloadavg(), machine=f"{cpu_model()}, {os.cpu_count()} CPUs",
         threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start)

@@ -37,6 +37,7 @@ from typing import Literal
 import numpy as np
 
 from powerbench.flash.aio import AioBatch, AioContext
+from powerbench.hardware.storage import open_direct
 
 IOV_MAX = 1024
 BLOCK = 4096
@@ -278,29 +279,13 @@ class DirectReader:
         self._last: PendingRead | None = None
 
     def _open(self, direct: bool) -> tuple[int, bool]:
-        flag = getattr(os, "O_DIRECT", 0)
-        if direct and flag:
-            try:
-                fd = _open(self.path, os.O_RDONLY | flag)
-                try:
-                    probe = aligned_buffer(BLOCK)
-                    os.preadv(fd, [memoryview(probe)], 0)
-                    return fd, True
-                except OSError:
-                    os.close(fd)
-                    raise
-            except OSError as err:
-                if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                warnings.warn(f"O_DIRECT refused for {self.path} ({err.strerror}); flash reads "
-                              "go through the page cache", RuntimeWarning, stacklevel=3)
-        elif direct:
-            warnings.warn("this platform has no O_DIRECT; flash reads go through the page "
+        fd, in_effect = open_direct(self.path, direct, opener=_open)
+        if direct and not in_effect:
+            why = "refused by the file system" if getattr(os, "O_DIRECT", 0) else \
+                "not on this platform"
+            warnings.warn(f"O_DIRECT {why} for {self.path}; flash reads go through the page "
                           "cache", RuntimeWarning, stacklevel=3)
-        fd = os.open(self.path, os.O_RDONLY)
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        return fd, False
+        return fd, in_effect
 
     # ---- reads ------------------------------------------------------------------------------
     def _run(self, ops: list[ReadOp], dests: list[np.ndarray], pending: PendingRead) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omegaconf import MISSING
+from powerbench.schema import MISSING
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any
 from powerbench.cache import ArtifactCache, stable_hash
 from powerbench.hardware import microbench as mb
 from powerbench.hardware.config import LocalHardwareConfig
+from powerbench.hardware.facts import cpu_model, meminfo, usable_cpus
 from powerbench.hardware.hardware_profile import (
     ComputeUnit,
     CoreCluster,
@@ -36,46 +37,15 @@ log = logging.getLogger(__name__)
 
 
 # ---- facts about this machine -------------------------------------------------------------
-def _meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes (empty off Linux)."""
-    out: dict[str, int] = {}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            parts = rest.split()
-            if parts:
-                out[key] = int(parts[0]) * (1024 if parts[-1] == "kB" else 1)
-    except OSError:
-        pass
-    return out
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def machine_facts() -> dict[str, Any]:
     """What identifies the machine (the fingerprint hashes these)."""
-    mem = _meminfo()
+    mem = meminfo()
     facts: dict[str, Any] = {
         "machine": platform.machine(),
         "system": platform.system(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count() or 1,
-        "usable_cpus": _usable_cpus(),
+        "usable_cpus": usable_cpus(),
         "mem_total_gb": round(mem.get("MemTotal", 0) / 1e9),
         "gpus": mb.cuda_device_names(),
     }
@@ -103,7 +73,7 @@ def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
     t0 = time.perf_counter()
     facts = machine_facts()
     ncpu = facts["usable_cpus"]
-    mem = _meminfo()
+    mem = meminfo()
     total = float(mem.get("MemTotal", 0))
     available = float(mem.get("MemAvailable", total))
 

@@ -98,11 +98,15 @@ def _write_scratch(path: Path, nbytes: int, seed: int) -> None:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _open_reader(path: Path, direct: bool) -> tuple[int, bool]:
+def open_direct(path: str | os.PathLike, direct: bool = True,
+                opener=os.open) -> tuple[int, bool]:
+    """A read-only fd for random reads and whether O_DIRECT is in effect: O_DIRECT when
+    asked for and the file system takes it (probed with one aligned read), else the page
+    cache with its pages dropped and read-ahead off."""
     flag = getattr(os, "O_DIRECT", 0)
     if direct and flag:
         try:
-            fd = os.open(path, os.O_RDONLY | flag)
+            fd = opener(str(path), os.O_RDONLY | flag)
             try:
                 os.preadv(fd, [_aligned(BLOCK)], 0)
                 return fd, True
@@ -112,7 +116,7 @@ def _open_reader(path: Path, direct: bool) -> tuple[int, bool]:
         except OSError as err:
             if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
                 raise
-    fd = os.open(path, os.O_RDONLY)
+    fd = opener(str(path), os.O_RDONLY)
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
@@ -184,7 +188,7 @@ def measure_storage(directory: str | os.PathLike, file_mb: int = 256,
     path = directory / f".storage-bench-{os.getpid()}.bin"
     try:
         _write_scratch(path, nbytes, seed)
-        fd, is_direct = _open_reader(path, direct)
+        fd, is_direct = open_direct(path, direct)
         try:
             results = tuple(random_reads(fd, nbytes, kb * KB, qd, seconds, seed)
                             for kb in blocks_kb for qd in queue_depths)

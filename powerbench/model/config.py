@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import MISSING
-
-from powerbench.enums import coerce_enums
 from powerbench.model.spec import FFNKind, WeightDType
+from powerbench.schema import MISSING, coerce_enums
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from powerbench.enums import coerce_enums
 from powerbench.model.spec import WeightDType
+from powerbench.schema import coerce_enums
 
 
 class PredictorArch(StrEnum):

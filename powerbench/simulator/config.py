@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from powerbench.enums import coerce_enums
+from powerbench.schema import coerce_enums
 
 
 class ComputeMode(StrEnum):

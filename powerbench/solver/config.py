@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from omegaconf import MISSING
-
-from powerbench.enums import coerce_enums
 from powerbench.model.spec import WeightDType
+from powerbench.schema import MISSING, coerce_enums
 
 
 class CommMode(StrEnum):

@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 
+from powerbench.hardware.facts import cpu_model
 from powerbench.paths import repo_root
 
 
@@ -21,17 +22,6 @@ def git_sha() -> str:
         return sha + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_tags() -> dict[str, str]:

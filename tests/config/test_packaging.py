@@ -14,3 +14,16 @@ def test_every_package_is_listed_for_the_wheel():
                for p in (repo_root() / "powerbench").rglob("__init__.py")}
     assert on_disk <= listed, f"add to pyproject.toml [tool.setuptools] packages: {on_disk - listed}"
     assert "powerbench.conf" in listed
+
+
+def test_engine_operators_and_flash_import_with_torch_alone():
+    """A lent GPU machine has torch but no Hydra, OmegaConf or MLflow."""
+    import subprocess
+    import sys
+
+    code = ("import sys, powerbench.engine, powerbench.ops, powerbench.flash.ffn, "
+            "powerbench.flash.bench\n"
+            "bad = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'hydra', 'omegaconf', 'mlflow', 'cvxpy'})\n"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=repo_root())

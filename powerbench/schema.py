@@ -1,7 +1,10 @@
-"""Enum-typed dataclass fields given as strings (a config built in Python) become members.
+"""Helpers for the typed config schemas, standard library only (the engine, operator and
+flash packages import their schemas without OmegaConf).
 
-Hydra's typed configs already hold members; `OptionsConfig(mode="dense")` written by hand
-would otherwise hold a string that `is Mode.dense` never matches. Standard library only.
+MISSING: OmegaConf's marker of a mandatory value (`omegaconf.MISSING` is this string).
+coerce_enums: enum-typed fields given as strings (a config built in Python) become
+members; Hydra's typed configs already hold members, but `Options(mode="dense")` written
+by hand would otherwise hold a string that `is Mode.dense` never matches.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import dataclasses
 import typing
 from enum import Enum
 from functools import cache
+
+MISSING = "???"
 
 
 @cache
