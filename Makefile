@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 # The hubs are unreachable on the reference machines: fail fast instead of retrying.
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint clean llamacpp
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/ruff check powerbench tests experiments
 	$(OFFLINE) $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# Optional llama.cpp peer for experiments/smollm2_sparsity.py (compiles llama.cpp: minutes).
+llamacpp: $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q -e '.[llamacpp]'
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check powerbench tests experiments
