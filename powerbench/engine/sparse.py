@@ -6,7 +6,10 @@ those: each active neuron's fc1 row and fc2 column are read as contiguous vector
 rest of the FFN's weights are never touched. Trained predictors run inside the same
 operator call (`SparseOps.ffn_predicted`: one dispatch per layer on sparse_cpu, where the
 predictor, the threshold and the FFN are one C++ call); `fused=False` runs the predictor
-in torch first, then the operator. With `predictor=oracle` the active set is
+in torch first, then the operator. Threshold (CATS) predictors (`gate_thresholds`) run as
+`SparseOps.prepare_ffn_gate_threshold`: the gate densely, then only the up rows and down
+columns of the neurons whose |act(gate)| passes the layer's threshold, per token. With
+`predictor=oracle` the active set is
 the true one (from the layer's own fc1, computed densely): the accuracy bound. Its sets
 are recorded during the first generation (the engine's warm-up) and replayed on later
 ones (`rewind()`, `powerbench.predictor.replay`), so timed oracle runs pay for the sparse
@@ -68,6 +71,10 @@ class SparseFFN:
         fusable = fused and hasattr(predictors, "fused_weights")
         self.fused = ([self.ops.prepare_ffn_predicted(f, predictors.fused_weights(i))
                        for i, f in enumerate(self.layers)] if fusable else None)
+        thresholds = getattr(predictors, "gate_thresholds", None) if fused else None
+        if thresholds is not None:  # CATS: the gate, its threshold and the FFN in one call
+            self.fused = [self.ops.prepare_ffn_gate_threshold(f, t)
+                          for f, t in zip(self.layers, thresholds, strict=True)]
         self.prepared = ([self.ops.prepare_ffn(f) for f in self.layers]
                          if self.fused is None else [])
         self.d_ffn = weights.layers[0].ffn.d_ffn

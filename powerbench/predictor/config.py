@@ -128,6 +128,21 @@ class OracleConfig:
 
 
 @dataclass
+class ThresholdConfig:
+    """CATS threshold sparsity: per layer, neurons with |act(gate(x))| <= t_l are dropped,
+    t_l the `target_sparsity` quantile on calibration FFN inputs: the profile's samples when
+    it has them, else a forward pass over the last `calibration_tokens` tokens of the train
+    text (what `prepare_predictors` passes as calibration texts), at most
+    `samples_per_layer` rows per layer."""
+
+    _target_: str = "powerbench.predictor.strategies.ThresholdSizing"
+    name: str = "threshold"
+    target_sparsity: float = 0.5
+    samples_per_layer: int = 4096
+    seed: int = 0
+
+
+@dataclass
 class NoneConfig:
     """No predictor: dense FFNs."""
 
@@ -140,4 +155,5 @@ SCHEMAS = {
     "adaptive": AdaptiveConfig,
     "oracle": OracleConfig,
     "none": NoneConfig,
+    "threshold": ThresholdConfig,
 }

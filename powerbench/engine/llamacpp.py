@@ -1,0 +1,227 @@
+"""llama.cpp as a measured peer (optional: `pip install '.[llamacpp]'`, `make llamacpp`).
+
+`LlamaCppRunner` loads a GGUF with `llama-cpp-python` and generates greedily from the same
+token ids our decoder gets, with the same thread count, timed as `powerbench.engine.timing`
+defines it: prefill = the prompt's evaluation up to the first new token; decode = the
+N - 1 following single-token steps (evaluate one token, pick the argmax), so
+decode tokens/s = (N - 1) / decode seconds, exactly as `StepClock` measures our decoder.
+
+`dequantised_gguf` writes an F32 or F16 copy of a quantised GGUF with the `gguf` package
+(every tensor dequantised with `gguf.quants.dequantize`, the same values transformers
+loads; 1-D norm weights stay F32 as llama.cpp expects), so llama.cpp can be compared at
+our decoder's precision.
+
+llama.cpp segfaults in `eval` when torch was imported first in the same process (both
+bring their own OpenMP runtime), so `LlamaCppProcess` runs `LlamaCppRunner` in a child
+Python that never imports torch: this file run as a script (`--worker`), talking JSON
+lines over its stdin/stdout. Importing this module imports neither torch, llama_cpp nor
+gguf; they are imported when used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+Precision = Literal["f32", "f16"]
+
+
+def llamacpp_available() -> bool:
+    """True when `llama_cpp` (llama-cpp-python) can be imported here."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def dequantised_gguf(src: Path | str, out: Path | str, precision: Precision = "f32") -> Path:
+    """Write `src` with every quantised tensor dequantised to `precision` (F16: matrices
+    only; 1-D tensors stay F32). Metadata and tokenizer are copied; `general.file_type` is
+    updated. Returns `out` (skipped when it already exists and is newer than `src`)."""
+    import gguf
+    import numpy as np
+
+    src, out = Path(src), Path(out)
+    if out.is_file() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    reader = gguf.GGUFReader(src)
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(tmp, arch)
+    file_type = (gguf.LlamaFileType.ALL_F32 if precision == "f32"
+                 else gguf.LlamaFileType.MOSTLY_F16)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        if field.name == gguf.Keys.General.FILE_TYPE:
+            writer.add_key_value(field.name, int(file_type), gguf.GGUFValueType.UINT32)
+            continue
+        val_type = field.types[0]
+        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
+    for tensor in reader.tensors:
+        data = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        if precision == "f16" and data.ndim >= 2:
+            data = data.astype(np.float16)
+        writer.add_tensor(tensor.name, np.ascontiguousarray(data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(out)
+    return out
+
+
+@dataclass
+class LlamaCppTiming:
+    prefill_s: float
+    step_s: list[float]
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return len(self.step_s) / sum(self.step_s) if self.step_s else 0.0
+
+
+class LlamaCppRunner:
+    """One GGUF loaded in llama.cpp, ready to time greedy generations."""
+
+    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512) -> None:
+        if not llamacpp_available():
+            raise ImportError("llama.cpp comparisons need llama-cpp-python: "
+                              "`pip install '.[llamacpp]'` (or `make llamacpp`)")
+        import llama_cpp
+        import llama_cpp.llama as llama_module
+
+        # llama.cpp's extra buffer types (AMX / weight repacking) segfault in llama_decode for
+        # the shipped Q4_1 file on this project's AMX Xeon (llama-cpp-python 0.3.36): load
+        # without them (F32/F16 weights do not use them anyway).
+        default_params = llama_cpp.llama_model_default_params
+
+        def params() -> Any:
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_module.llama_cpp.llama_model_default_params = params
+        Llama = llama_module.Llama
+        self.path = Path(gguf_path)
+        self.threads = threads
+        self.llm: Any = Llama(model_path=str(self.path), n_ctx=n_ctx, n_threads=threads,
+                              n_threads_batch=threads, n_batch=512, logits_all=False,
+                              verbose=False)
+
+    def _next(self) -> int:
+        """Greedy choice from the last evaluated token's logits (read from the context)."""
+        import llama_cpp
+        import numpy as np
+
+        ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))))
+
+    def generate(self, prompt: Sequence[int], new_tokens: int) -> tuple[list[int],
+                                                                         LlamaCppTiming]:
+        """Greedy: prefill `prompt`, then exactly `new_tokens` tokens; timed per step."""
+        if new_tokens < 1:
+            raise ValueError("new_tokens must be >= 1")
+        llm = self.llm
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(list(prompt))
+        tokens = [self._next()]
+        stamps = [time.perf_counter()]
+        for _ in range(new_tokens - 1):
+            llm.eval([tokens[-1]])
+            tokens.append(self._next())
+            stamps.append(time.perf_counter())
+        steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        return tokens, LlamaCppTiming(prefill_s=stamps[0] - start, step_s=steps)
+
+    def close(self) -> None:
+        close = getattr(self.llm, "close", None)
+        if callable(close):
+            close()
+
+
+# ---- the torch-free child process ------------------------------------------------------
+
+_MARK = "@@powerbench-llamacpp "
+
+
+class LlamaCppProcess:
+    """`LlamaCppRunner` in a child process (see the module doc); same `generate` API."""
+
+    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512) -> None:
+        if not llamacpp_available():
+            raise ImportError("llama.cpp comparisons need llama-cpp-python: "
+                              "`pip install '.[llamacpp]'` (or `make llamacpp`)")
+        self.path = Path(gguf_path)
+        self.threads = threads
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(self.path),
+             str(threads), str(n_ctx)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1)
+        self._call({"cmd": "ping"})
+
+    def _call(self, request: dict) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(_MARK):
+                reply = json.loads(line[len(_MARK):])
+                if "error" in reply:
+                    raise RuntimeError(f"llama.cpp worker: {reply['error']}")
+                return reply
+        raise RuntimeError(f"llama.cpp worker for {self.path.name} exited with code "
+                           f"{self.proc.wait()}")
+
+    def generate(self, prompt: Sequence[int], new_tokens: int) -> tuple[list[int],
+                                                                         LlamaCppTiming]:
+        reply = self._call({"cmd": "generate", "prompt": [int(t) for t in prompt],
+                            "new_tokens": int(new_tokens)})
+        return reply["tokens"], LlamaCppTiming(reply["prefill_s"], reply["step_s"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._call({"cmd": "quit"})
+            except (RuntimeError, BrokenPipeError, OSError):
+                pass
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> LlamaCppProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _worker(argv: Sequence[str]) -> int:
+    path, threads, n_ctx = argv[0], int(argv[1]), int(argv[2])
+    runner = LlamaCppRunner(path, threads, n_ctx)
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["cmd"] == "quit":
+                print(_MARK + json.dumps({"ok": True}), flush=True)
+                return 0
+            if request["cmd"] == "ping":
+                reply: dict = {"ok": True}
+            else:
+                tokens, timing = runner.generate(request["prompt"], request["new_tokens"])
+                reply = {"tokens": tokens, "prefill_s": timing.prefill_s,
+                         "step_s": timing.step_s}
+        except Exception as err:  # reported to the parent, which raises
+            reply = {"error": f"{type(err).__name__}: {err}"}
+        print(_MARK + json.dumps(reply), flush=True)
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    sys.exit(_worker(sys.argv[2:]))
