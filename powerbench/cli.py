@@ -6,6 +6,7 @@
     powerbench bench-decode [overrides...]      decode tokens/s, dense vs sparse, side by side
     powerbench bench-operators [overrides...]   sparse operators vs torch dense
     powerbench bench-solver [overrides...]      placement solvers at paper scale
+    powerbench bench-threshold [overrides...]   CATS threshold sparsity on SmolLM2 vs llama.cpp
     powerbench bench-flash [overrides...]       flash-offloaded FFN vs in DRAM (PowerInfer-2)
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
@@ -39,6 +40,7 @@ from powerbench.config import CONF_DIR, register_configs
 log = logging.getLogger("powerbench")
 
 TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "bench-flash",
+         "bench-threshold",
          "hybrid-local", "figure",
          "sync", "mlflow-server", "ui")
 # bare words after these tasks fill one option: `powerbench figure pc_high_e2e`

