@@ -86,3 +86,19 @@ def loaded_model(name: str, model, tokenizer):
 
     return LoadedModel(spec=spec_from_hf_config(name, model.config), model=model,
                        tokenizer=tokenizer, source="test")
+
+
+def engine_configs(*names: str) -> dict:
+    """conf/engine/<name>.yaml composed and typed with only the engine schemas registered
+    (engine tests must not depend on other groups' modules)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+
+    from powerbench.config import CONF_DIR, typed
+    from powerbench.engine.config import SCHEMAS
+
+    cs = ConfigStore.instance()
+    for name, node in SCHEMAS.items():
+        cs.store(group="schema/engine", name=name, node=node)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return {name: typed(compose(overrides=[f"+engine={name}"]).engine) for name in names}

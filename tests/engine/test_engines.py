@@ -6,16 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
 
-from powerbench.config import typed
 from powerbench.config.schema import BenchConfig
 from powerbench.engine import DenseFFN, EngineResult, run_engine
-from powerbench.engine.config import SCHEMAS, DecoderEngineConfig
+from powerbench.engine.config import DecoderEngineConfig
 from powerbench.engine.timing import METRIC_NAMES
 
-from .conftest import loaded_model
+from .conftest import engine_configs, loaded_model
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 PROMPTS = [
@@ -28,13 +25,7 @@ BENCH = BenchConfig(prompt_tokens=16, new_tokens=6, batch_size=2, warmup=1, repe
 
 @pytest.fixture(scope="module")
 def engine_cfgs():
-    # only the engine schemas: this test must not depend on other groups' modules
-    cs = ConfigStore.instance()
-    for name, node in SCHEMAS.items():
-        cs.store(group="schema/engine", name=name, node=node)
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return {name: typed(compose(overrides=[f"+engine={name}"]).engine)
-                for name in ("dense", "hf_generate")}
+    return engine_configs("dense", "hf_generate")
 
 
 @pytest.fixture(scope="module")

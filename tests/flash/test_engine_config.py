@@ -3,17 +3,15 @@ with the oracle predictors, giving the dense engine's greedy tokens."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
 
 from powerbench.config.schema import BenchConfig
 from powerbench.engine import run_engine
-from powerbench.engine.config import SCHEMAS
 from powerbench.predictor import OraclePredictorSet
-from tests.engine.conftest import loaded_model, make_opt, tokenizer  # noqa: F401 (fixture)
+from tests.engine.conftest import engine_configs, loaded_model, make_opt, tokenizer  # noqa: F401 (fixture)
 from tests.flash.test_flash_ffn import FakeProfile
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
@@ -24,22 +22,18 @@ BENCH = BenchConfig(prompt_tokens=12, new_tokens=5, batch_size=1, warmup=1, repe
 
 @pytest.fixture(scope="module")
 def engine_cfgs():
-    cs = ConfigStore.instance()
-    for name, node in SCHEMAS.items():
-        cs.store(group="schema/engine", name=name, node=node)
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return {name: compose(overrides=[f"+engine={name}"]).engine
-                for name in ("dense", "flash")}
+    return engine_configs("dense", "flash")
 
 
 def test_flash_engine_runs_from_config(engine_cfgs, tokenizer, tmp_path):  # noqa: F811
     model = make_opt(tokenizer, d_ffn=256)
     loaded = loaded_model("tiny_opt", model, tokenizer)
-    cfg = engine_cfgs["flash"].copy()
-    assert cfg.ffn._target_ == "powerbench.flash.ffn.FlashFFN"
-    assert cfg.ffn.dram_budget_fraction == 0.5 and cfg.ffn.bundled and cfg.ffn.pipeline
-    cfg.ffn.cache_dir = str(tmp_path)
-    cfg.ffn.dram_budget_fraction = 0.25
+    cfg = copy.deepcopy(engine_cfgs["flash"])
+    ffn = cfg.ffn
+    assert ffn["_target_"] == "powerbench.flash.ffn.FlashFFN"
+    assert ffn["dram_budget_fraction"] == 0.5 and ffn["bundled"] and ffn["pipeline"]
+    ffn["cache_dir"] = str(tmp_path)
+    ffn["dram_budget_fraction"] = 0.25
     oracle = OraclePredictorSet.from_hf(model, loaded.spec)
     profile = FakeProfile(loaded.spec.n_layers, loaded.spec.neurons_per_layer)
     flash = run_engine(cfg, loaded, PROMPTS, BENCH, predictors=oracle, profile=profile)
