@@ -40,11 +40,12 @@ from powerbench.config import CONF_DIR, register_configs
 log = logging.getLogger("powerbench")
 
 TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "bench-flash",
-         "bench-threshold",
-         "hybrid-local", "figure",
-         "sync", "mlflow-server", "ui")
+         "bench-threshold", "hybrid-local", "figure", "sync", "mlflow-server", "ui")
 # bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
 POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}
+# Hydra flags followed by a value (`--cfg job`): that value is not a bare word
+FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+                    "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
 
 
 def task_overrides(argv: Sequence[str]) -> list[str]:
@@ -55,7 +56,8 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])
-    words = [a for a in rest if "=" not in a and not a.startswith("-")]
+    words = [a for i, a in enumerate(rest) if "=" not in a and not a.startswith("-")
+             and not (i and rest[i - 1] in FLAGS_WITH_VALUE)]
     if words and name not in POSITIONAL:
         raise SystemExit(f"powerbench {name}: unexpected {words}; options are Hydra "
                          f"overrides, e.g. task.rounds=3 (see powerbench {name} --help)")

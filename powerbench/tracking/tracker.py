@@ -117,6 +117,7 @@ class Tracker:
         self.record = RunRecord(uri=self.uri, experiment=self.experiment, run_name=run_name,
                                 parent_run_id=parent_run_id,
                                 parent_queue_id=os.environ.get(PARENT_QUEUE_ENV))
+        self.record.tags.update({k: str(v) for k, v in all_tags.items()})
         self.offline = not self.reachable()
         if self.offline:
             log.warning("tracking server %s unreachable: this run is queued in %s; "
@@ -125,7 +126,6 @@ class Tracker:
         else:
             self._sync_queue()
             self._online(lambda: self._create(run_name, parent_run_id, all_tags))
-        self.set_tags(all_tags)
         status = "FAILED"
         try:
             yield self

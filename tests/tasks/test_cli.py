@@ -35,6 +35,8 @@ def test_task_words_become_overrides():
     assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
     with pytest.raises(SystemExit, match="unexpected"):
         task_overrides(["validate", "--rounds", "3"])
+    assert task_overrides(["validate", "--cfg", "job"]) == ["task=validate", "--cfg", "job"]
+    assert task_overrides(["bench-solver", "--force"]) == ["task=bench_solver", "rerun=true"]
 
 
 def test_shape_only_model_is_simulated_end_to_end(tmp_path):
