@@ -20,6 +20,7 @@ from powerbench.config import PowerbenchConfig, as_container, group_config
 from powerbench.engine import build_prompt_batch
 from powerbench.engine.bench_decode import build_engines, run_decode_bench
 from powerbench.evaluation.accuracy import run_accuracy_eval
+from powerbench.hardware import load_hardware
 from powerbench.model.loading import spec_from_config
 from powerbench.predictor import prepare_predictors
 from powerbench.profiling.synthetic import synthetic_profile
@@ -29,13 +30,14 @@ from powerbench.tasks.config import TourTask
 from powerbench.tasks.inputs import model_inputs
 from powerbench.tracking import ui_command
 
-# the two systems of the paper's figures: (solver, simulator compute mode)
-SYSTEMS = {"llama.cpp (layer offload, dense)": ("layer_offload", "dense"),
-           "PowerInfer (ILP placement, sparse)": ("ilp", "sparse")}
+# the two systems of the paper's figures: key -> (label, solver, simulator compute mode)
+SYSTEMS = {"llamacpp": ("llama.cpp (layer offload, dense)", "layer_offload", "dense"),
+           "powerinfer": ("PowerInfer (ILP placement, sparse)", "ilp", "sparse")}
 
 
 @dataclass
 class SimulatedSystem:
+    key: str
     system: str
     tokens_per_s: float
     gpu_neuron_load_share: float
@@ -46,9 +48,9 @@ def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSys
     model = group_config("model", task.sim_model)
     spec = spec_from_config(model)
     profile = synthetic_profile(spec, trace_tokens=cfg.profiling.trace_tokens, seed=cfg.seed)
-    hardware = build(group_config("hardware", task.sim_hardware))
+    hardware = load_hardware(group_config("hardware", task.sim_hardware))
     out = []
-    for system, (solver, mode) in SYSTEMS.items():
+    for key, (system, solver, mode) in SYSTEMS.items():
         context = cfg.bench.prompt_tokens + cfg.bench.new_tokens
         try:
             placement = solve(group_config("solver", solver), spec, profile, hardware,
@@ -58,7 +60,7 @@ def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSys
             continue
         result = simulate(SimulatorConfig(mode=mode), spec, profile, placement, hardware,
                           bench=cfg.bench)
-        out.append(SimulatedSystem(system, result.metrics["sim_end_to_end_tokens_per_s"],
+        out.append(SimulatedSystem(key, system, result.metrics["sim_end_to_end_tokens_per_s"],
                                    placement.metrics(profile)["gpu_neuron_load_share"]))
     return out
 
@@ -91,10 +93,8 @@ def tour(task: TourTask, cfg: PowerbenchConfig, out_dir: Path) -> dict[str, floa
         "decode_speedup_vs_dense": sparse.speedup_vs_dense,
         "ffn_speedup_vs_dense": sparse.ffn_speedup_vs_dense,
         **accuracy.metrics(),
-        **{f"sim_{'powerinfer' if 'PowerInfer' in s.system else 'llamacpp'}_{k}": v
-           for s in simulated for k, v in (("tokens_per_s", s.tokens_per_s),
-                                           ("gpu_neuron_load_share",
-                                            s.gpu_neuron_load_share))},
+        **{f"sim_{s.key}_tokens_per_s": s.tokens_per_s for s in simulated},
+        **{f"sim_{s.key}_gpu_neuron_load_share": s.gpu_neuron_load_share for s in simulated},
     }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))  # before tracking
     table = summary(task, loaded.spec, metrics, simulated, dense.rounds)
