@@ -27,6 +27,23 @@ class CommMode(StrEnum):
     expected = "expected"
 
 
+class DensePolicy(StrEnum):
+    """How the sparse solvers give GPU bytes to the dense parts (attention + KV cache,
+    predictors, output projection).
+
+    first: PowerInfer's loader: dense parts take the accelerator first (output projection,
+           then each layer's attention + KV + predictor in layer order, up to
+           `dense_gpu_share`), FFN neurons get what is left.
+    impact: dense parts and FFN neuron groups compete for the same GPU bytes in one
+           optimisation by impact per byte: the time a token saves when the item's bytes
+           are read from GPU instead of CPU memory, bytes_read x (1/BW_cpu - 1/BW_gpu);
+           dense parts are read every token, a neuron only when active (x frequency).
+    """
+
+    first = "first"
+    impact = "impact"
+
+
 class Backend(StrEnum):
     highs = "highs"
     scip = "scip"
@@ -58,6 +75,11 @@ class SparseSolverConfig(SolverConfig):
     # predictor, etc.), then it tries to split hot neurons of the FFN into VRAM if there is
     # still space left" (PowerInfer docs/token_generation_performance_tips.md).
     dense_gpu_share: float = 1.0
+    dense_policy: DensePolicy = DensePolicy.first
+    # impact policy: KV-cache tokens read per decode step (None: the reserved `context`,
+    # i.e. the cache is read in full). Only the impact of the KV cache uses it; its bytes
+    # stay those of the reserved context.
+    kv_read_tokens: int | None = None
     # Predictor MLP per layer: d_model -> hidden -> neurons, used when solve() is not given
     # measured predictor sizes (predictors stage).
     predictor_hidden: int = 1024

@@ -28,6 +28,21 @@ C_l-feasible, and never below the C_l-repaired greedy otherwise.
 
 `stats.extra["bound_gap"]` compares with greedy's top-k without C_l: an upper bound of the
 neuron-level problem, so it certifies the returned placement, not just the grouped one.
+
+`dense_policy: impact` (separate GPU and CPU memories): the dense parts become binaries of
+the same program instead of being placed first, d_j in {0, 1} for each layer's attention
+(+ its KV cache), each layer's predictor and the output projection, with value v_j = bytes
+read per token / M_n (the FFN objective's unit: the time saved per token on the GPU is
+v x M_n x (1/BW_cpu - 1/BW_gpu) for a neuron group and a dense part alike):
+
+    maximise    sum_g v_g a_g + sum_j v_j d_j
+    subject to  sum_g M_n s_g a_g + sum_j B_j d_j <= GPU bytes after buffers
+                ... >= bytes the host cannot hold          (+ the C_l rows as above)
+
+Refinement evaluates the neuron-level optimum for the ILP's dense set and for the impact
+greedy's (`sparse.greedy_dense_choice`); `stats.objective` stays the FFN part (sum of GPU
+neuron frequencies), `extra["impact_objective"]` adds the dense value, and
+`extra["bound_gap"]` is measured against a fractional knapsack of every item.
 """
 
 from __future__ import annotations
@@ -47,12 +62,20 @@ from powerbench.solver.lagrange import lagrangian_heuristic
 from powerbench.solver.placement import Placement, PlacementInfeasibleError, SolverStats
 from powerbench.solver.problem import ByteModel, PlacementProblem, byte_model
 from powerbench.solver.sparse import (
+    ATTN,
+    PREDICTOR,
+    DenseItems,
     DensePlan,
+    all_frequencies_sorted,
     allocate,
     counts_objective,
+    impact_applies,
+    impact_upper_bound,
     layer_minimums,
     neuron_budget,
     plan_dense,
+    plan_from_items,
+    plan_impact_greedy,
     prefix_ids,
     prefix_sums,
     sparse_placement,
@@ -147,6 +170,7 @@ class MIPResult:
     compile_time_s: float
     n_binaries: int
     n_constraints: int
+    dense_chosen: np.ndarray | None = None  # impact policy: bool per dense item
 
 
 def _solver_kwargs(c: ILPConfig) -> dict[str, Any]:
@@ -169,9 +193,13 @@ def _solver_kwargs(c: ILPConfig) -> dict[str, Any]:
 
 
 def solve_grouped(groups: Groups, minimums: np.ndarray, plan: DensePlan, bm: ByteModel,
-                  c: ILPConfig, start: np.ndarray | None = None) -> MIPResult:
+                  c: ILPConfig, start: np.ndarray | None = None,
+                  dense: DenseItems | None = None,
+                  dense_start: np.ndarray | None = None) -> MIPResult:
     """Build the grouped program in cvxpy and run the backend (HiGHS gets `start`, a
-    feasible 0/1 vector over the groups, as its first incumbent)."""
+    feasible 0/1 vector over the groups, as its first incumbent). With `dense` (impact
+    policy) the dense items are binaries too and `plan.ffn_gpu_max/min` bound the GPU
+    bytes of groups and items together."""
     import cvxpy as cp
 
     t0 = time.perf_counter()
@@ -181,9 +209,16 @@ def solve_grouped(groups: Groups, minimums: np.ndarray, plan: DensePlan, bm: Byt
     # would put tiny models' rows below the backend's feasibility tolerance).
     unit = bm.neuron_bytes
     weight = groups.size * bm.neuron_bytes / unit
-    constraints = [weight @ a <= plan.ffn_gpu_max / unit]
+    gpu_bytes = weight @ a
+    objective = groups.value @ a
+    d = None
+    if dense is not None and dense.n:
+        d = cp.Variable(dense.n, boolean=True, name="d_gpu")
+        gpu_bytes = gpu_bytes + (dense.nbytes / unit) @ d
+        objective = objective + dense.value @ d
+    constraints = [gpu_bytes <= plan.ffn_gpu_max / unit]
     if plan.ffn_gpu_min > 0:
-        constraints.append(weight @ a >= plan.ffn_gpu_min / unit)
+        constraints.append(gpu_bytes >= plan.ffn_gpu_min / unit)
     layers = np.unique(groups.layer)
     row_of = {int(l_): r for r, l_ in enumerate(layers)}
     rows = np.array([row_of[int(l_)] for l_ in groups.layer], dtype=np.int64)
@@ -225,16 +260,18 @@ def solve_grouped(groups: Groups, minimums: np.ndarray, plan: DensePlan, bm: Byt
                                      (np.arange(cover_a.shape[0]), np.concatenate(rows_))),
                                     shape=(cover_a.shape[0], linked.size))
             constraints.append(cover_a @ a >= cover_y @ y)
-    prob = cp.Problem(cp.Maximize(groups.value @ a), constraints)
+    prob = cp.Problem(cp.Maximize(objective), constraints)
     kwargs = _solver_kwargs(c)
     try:
-        if start is not None and c.backend is Backend.highs:
+        if start is not None and c.backend is Backend.highs and (d is None
+                                                                  or dense_start is not None):
             y_start = None
             if y is not None:
                 y_start = np.asarray(per_layer[linked] @ start.astype(np.float64)).ravel() > 0
             with warnings.catch_warnings():  # a time limit is reported in the status
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                _solve_highs_from(prob, kwargs, {a: start, y: y_start}, c.verbose)
+                _solve_highs_from(prob, kwargs, {a: start, y: y_start, d: dense_start},
+                                  c.verbose)
         else:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
@@ -247,16 +284,26 @@ def solve_grouped(groups: Groups, minimums: np.ndarray, plan: DensePlan, bm: Byt
     bound, gap = _bound_and_gap(c.backend, stats)
     chosen = (np.zeros(n, dtype=bool) if a.value is None
               else np.asarray(a.value).ravel() > 0.5)
-    objective = float(groups.value[chosen].sum()) if a.value is not None else None
+    dense_chosen = None
+    if dense is not None:
+        dense_chosen = (np.zeros(dense.n, dtype=bool) if d is None or d.value is None
+                        else np.asarray(d.value).ravel() > 0.5)
+    value = None
+    if a.value is not None:
+        value = float(groups.value[chosen].sum())
+        if dense is not None and dense_chosen is not None:
+            value += float(dense.value[dense_chosen].sum())
     if gap is not None and not np.isfinite(gap):  # no incumbent (e.g. time limit)
         gap = None
     if gap is None and prob.status == cp.OPTIMAL:
         gap = 0.0
     n_cons = sum(int(np.prod(con.shape)) if con.shape else 1 for con in constraints)
-    return MIPResult(chosen=chosen, status=str(prob.status), objective=objective, bound=bound,
+    return MIPResult(chosen=chosen, status=str(prob.status), objective=value, bound=bound,
                      gap=gap, backend_time_s=backend_time,
                      compile_time_s=max(wall - backend_time, 0.0),
-                     n_binaries=n + int(linked.size), n_constraints=n_cons)
+                     n_binaries=n + int(linked.size) + (dense.n if d is not None and dense
+                                                        else 0),
+                     n_constraints=n_cons, dense_chosen=dense_chosen)
 
 
 def _solve_highs_from(prob: Any, kwargs: dict[str, Any], start: dict[Any, Any],
@@ -311,6 +358,8 @@ def solve_ilp(cfg: ILPConfig, problem: PlacementProblem) -> Placement:
     start = time.perf_counter()
     bm = byte_model(c, problem)
     what = f"ilp: {problem.spec.name} ({problem.weight_dtype.value}) on {problem.hardware.name}"
+    if impact_applies(c, bm):
+        return _solve_impact(c, problem, bm, what, start)
     plan = plan_dense(c, bm, what)
     minimums = layer_minimums(c, problem, bm)
     allowed = minimums <= bm.neurons
@@ -376,3 +425,108 @@ def solve_ilp(cfg: ILPConfig, problem: PlacementProblem) -> Placement:
     stats = SolverStats(solve_time_s=time.perf_counter() - start, objective=objective,
                         gap=mip.gap, status=mip.status, backend=c.backend.value, extra=extra)
     return sparse_placement("ilp", c, problem, bm, plan, ids, minimums, stats)
+
+
+def _best_neurons(problem: PlacementProblem, plan: DensePlan, bm: ByteModel,
+                  minimums: np.ndarray, allowed: np.ndarray, prefix: list[np.ndarray],
+                  layers: np.ndarray | None) -> tuple[np.ndarray | None, str, float]:
+    """The best neuron-level counts for a fixed dense plan among: the exact fill of
+    `layers` (the ILP's GPU layers), the Lagrangian heuristic and the C_l-repaired greedy
+    top-k. Returns (counts, source, FFN objective); counts None if none is feasible."""
+    hi, lo = neuron_budget(plan, bm)
+    cands: dict[str, np.ndarray | None] = {}
+    if layers is not None:
+        cands["ilp_refined"] = allocate(problem.sorted_frequencies, hi, layers & allowed,
+                                        minimums, need=lo)
+    lag = lagrangian_heuristic(problem.sorted_frequencies, prefix, minimums, hi, need=lo)
+    cands["lagrangian"] = lag.counts
+    top = allocate(problem.sorted_frequencies, hi, np.ones(bm.n_layers, dtype=bool),
+                   np.zeros(bm.n_layers, dtype=np.int64), need=lo)
+    if top is not None:
+        ok = (top > 0) & (top >= minimums) & allowed
+        cands["greedy_repaired"] = allocate(problem.sorted_frequencies, hi, ok, minimums,
+                                            need=lo)
+    best, source, value = None, "none", -1.0
+    for label, cand in cands.items():
+        if cand is None:
+            continue
+        v = counts_objective(prefix, cand)
+        if v > value + 1e-12:
+            best, source, value = cand, label, v
+    return best, source, max(value, 0.0)
+
+
+def _solve_impact(c: ILPConfig, problem: PlacementProblem, bm: ByteModel, what: str,
+                  start: float) -> Placement:
+    """`dense_policy: impact`: dense parts and neuron groups in one program (module doc)."""
+    gplan, items, window = plan_impact_greedy(c, problem, bm, what)
+    minimums = layer_minimums(c, problem, bm)
+    allowed = minimums <= bm.neurons
+    prefix = prefix_sums(problem)
+    groups = make_groups(problem.sorted_frequencies, c.group_size, allowed,
+                         keep_zero=window.gpu_min > 0)
+    seed_a, seed_d = None, None
+    if c.warm_start:  # the greedy dense set + the Lagrangian neurons for its window
+        hi, lo = neuron_budget(gplan, bm)
+        lag = lagrangian_heuristic(problem.sorted_frequencies, prefix, minimums, hi, need=lo)
+        if lag.counts is not None:
+            seed_a = groups_start(groups, lag.counts, minimums, gplan.ffn_gpu_max,
+                                  gplan.ffn_gpu_min, bm.neuron_bytes)
+            seed_d = _items_of(gplan, items)
+    rows = DensePlan(np.zeros(bm.n_layers, dtype=bool), False, window.gpu_max, window.gpu_min)
+    mip = solve_grouped(groups, minimums, rows, bm, c, start=seed_a, dense=items,
+                        dense_start=seed_d if seed_a is not None else None)
+    extra: dict[str, Any] = {"dense_policy": "impact", "group_size": c.group_size,
+                             "n_groups": groups.n, "n_dense_items": items.n,
+                             "forbidden_layers": int((~allowed).sum()),
+                             "warm_start": seed_a is not None}
+    candidates: list[tuple[str, DensePlan, np.ndarray | None]] = []
+    if mip.objective is not None and mip.dense_chosen is not None:
+        plan = plan_from_items(bm, items, mip.dense_chosen, window)
+        if plan is not None:
+            ids = _decode(groups, mip.chosen, problem)
+            candidates.append(("ilp", plan, np.array([x.size for x in ids]) > 0))
+    elif not c.refine:
+        raise RuntimeError(f"{what}: the ILP backend returned no solution ({mip.status}) "
+                           f"within {c.time_limit_s} s; raise time_limit_s or enable refine")
+    candidates.append(("greedy_dense", gplan, None))
+    best: tuple[float, str, DensePlan, np.ndarray] | None = None
+    for label, plan, layers in candidates:
+        counts, source, ffn = _best_neurons(problem, plan, bm, minimums, allowed, prefix,
+                                            layers)
+        if counts is None:
+            continue
+        total = plan.dense_value + ffn
+        if best is None or total > best[0] + 1e-9:
+            best = (total, f"{label}:{source}", plan, counts)
+    if best is None:
+        raise PlacementInfeasibleError("CPU", window.gpu_min, window.gpu_max,
+                                       f"{what}: no C_l-feasible split of the neurons")
+    total, source, plan, counts = best
+    upper = impact_upper_bound(items, window, bm.neuron_bytes,
+                               all_frequencies_sorted(problem))
+    ffn_objective = counts_objective(prefix, counts)
+    extra.update(source=source, impact_objective=total, dense_value=plan.dense_value,
+                 impact_upper_bound=upper,
+                 bound_gap=max(upper - total, 0.0) / upper if upper > 0 else 0.0,
+                 ffn_budget_bytes=plan.ffn_gpu_max, grouped_objective=mip.objective,
+                 grouped_bound=mip.bound, backend_time_s=mip.backend_time_s,
+                 compile_time_s=mip.compile_time_s, n_binaries=mip.n_binaries,
+                 n_constraints=mip.n_constraints)
+    stats = SolverStats(solve_time_s=time.perf_counter() - start, objective=ffn_objective,
+                        gap=mip.gap, status=mip.status, backend=c.backend.value, extra=extra)
+    return sparse_placement("ilp", c, problem, bm, plan, prefix_ids(problem, counts),
+                            minimums, stats)
+
+
+def _items_of(plan: DensePlan, items: DenseItems) -> np.ndarray:
+    """The dense items a plan puts on the accelerator (bool per item)."""
+    out = np.zeros(items.n, dtype=bool)
+    for j, (kind, layer) in enumerate(zip(items.kind, items.layer, strict=True)):
+        if kind == ATTN:
+            out[j] = bool(plan.attn_gpu[layer])
+        elif kind == PREDICTOR:
+            out[j] = bool(plan.pred_gpu[layer])
+        else:
+            out[j] = plan.lm_head_gpu
+    return out
