@@ -104,3 +104,5 @@ def test_cli_writes_the_realsize_csv(run_cli, tmp_path, capsys):
     assert set(frame["weights"]) == {"synthetic"} and set(frame["layers"]) == {2}
     assert set(frame["model_layers"]) == {32} and set(frame["dtype"]) == {"fp32"}
     assert (frame["dram_gbps"] > 0).all() and (frame["bandwidth_fraction"] > 0).all()
+    assert (frame["dram_gbps"] >= frame["dram_gbps_before"]).all()
+    assert (frame["bandwidth_fraction_best"] >= frame["bandwidth_fraction"] * 0.999).all()
