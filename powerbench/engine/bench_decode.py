@@ -175,11 +175,33 @@ def format_table(rows: Sequence[DecodeRow]) -> str:
             f"{'best':>6} {'speedup':>7} "
             f"{'ffn us':>7} {'ffn x':>6} {'computed':>8} {'MB/tok':>7} {'GB/s':>6}")
     lines = [head, "-" * len(head)]
+    digits = 0 if min(r.decode_tokens_per_s_p10 for r in rows) >= 100 else 2  # real sizes
     for r in rows:
-        lines.append(f"{r.engine:<11} {r.predictor:<17} {r.decode_tokens_per_s:8.0f} "
-                     f"{r.decode_tokens_per_s_p10:6.0f}-{r.decode_tokens_per_s_p90:<6.0f} "
-                     f"{r.speedup_vs_dense:6.2f}x {r.decode_tokens_per_s_best:6.0f} "
+        lines.append(f"{r.engine:<11} {r.predictor:<17} {r.decode_tokens_per_s:8.{digits}f} "
+                     f"{r.decode_tokens_per_s_p10:6.{digits}f}-"
+                     f"{r.decode_tokens_per_s_p90:<6.{digits}f} "
+                     f"{r.speedup_vs_dense:6.2f}x {r.decode_tokens_per_s_best:6.{digits}f} "
                      f"{r.speedup_best_vs_dense:6.2f}x {r.ffn_us_per_call:7.1f} "
                      f"{r.ffn_speedup_vs_dense:5.2f}x {r.computed_fraction:8.3f} "
                      f"{r.weight_mb_per_token:7.3f} {r.achieved_gbps:6.2f}")
     return "\n".join(lines)
+
+
+def build_synthetic_engines(weights: Any, profile: Any, backend: str, predictor_rank: int = 0,
+                            seed: int = 0) -> tuple[dict[str, Decoder], dict[str, int]]:
+    """Decoders sharing synthetic `weights` (`powerbench.engine.synthetic`): "dense", the
+    sparse engine on replayed trace sets ("trace", free oracle) and, with
+    `predictor_rank > 0`, the same with a low-rank predictor's cost; and predictor bytes."""
+    from powerbench.engine.sparse import SparseFFN
+    from powerbench.engine.synthetic import TraceReplay
+
+    dense = Decoder(weights)
+    engines, pbytes = {"dense": dense}, {}
+    variants = [TraceReplay(profile)]
+    if predictor_rank > 0:
+        variants.append(TraceReplay(profile, rank=predictor_rank, d_model=weights.d_model,
+                                    dtype=weights.dtype, seed=seed))
+    for sets in variants:
+        engines[sets.strategy] = Decoder(weights, ffn=SparseFFN(weights, backend, sets))
+        pbytes[sets.strategy] = sets.param_bytes
+    return engines, pbytes

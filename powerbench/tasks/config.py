@@ -56,7 +56,14 @@ class BenchDecodeTask:
     predictors: list[str] = field(default_factory=lambda: ["fixed", "adaptive", "oracle"])
     backend: str = "sparse_cpu"
     unfused: str | None = "adaptive"  # also time this predictor unfused (None: skip)
-    out: str | None = None  # CSV path (None: results/decode_cpu.csv)
+    out: str | None = None  # CSV path (None: results/decode_cpu.csv or decode_realsize.csv)
+    # real-size shapes, synthetic (seeded random) weights: only speed is meaningful
+    synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
+    synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
+    dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
+    layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
+    seed: int = 0  # synthetic weights, prompt and activation trace
+    predictor_rank: int = 0  # > 0: also time a random low-rank predictor's cost (synthetic)
 
 
 @dataclass

@@ -1,0 +1,206 @@
+"""Real-size decoders with SYNTHETIC (seeded random) weights, for speed measurements only.
+
+`synthetic_decoder_weights(spec, dtype, seed)` builds a full `DecoderWeights` of a model
+spec's shape (no transformers model object): attention (Q/K/V/O), norms, FFN, the LM
+head, embeddings and positions, every matrix seeded random with std 1/sqrt(fan_in) so the
+residual stream stays finite. OPT specs (ffn_kind relu) get OPT's layout (LayerNorm,
+biases, learned positions with offset 2, tied embeddings); gated specs (reglu, swiglu,
+drelu) get LLaMA's (RMSNorm, RoPE, no biases). The input embedding shares the LM head's
+tensor (tied, as OPT; for LLaMA an untied embedding would be a second copy that a decode
+step only gathers one row of, so sharing changes no timed byte). The FFN output matrix is
+stored in both layouts, as `extract_weights` does: `w2`/`w_down` for the dense GEMV and
+`w2_t`/`w_down_t` (neuron-major) for the sparse operators.
+
+Random weights do not activate like trained ones, so the sparse engine's active sets are
+not computed from them: `TraceReplay` replays per-token active sets drawn by
+`powerbench.profiling.synthetic.synthetic_profile` (fitted to the published sparsity and
+skew of design section 4; OPT ~97% inactive per token), one trace token per decode row,
+the union over a call's rows (a batch or a prompt), from the start of the trace on every
+generation (`rewind`), so every round does the same work: an oracle that costs nothing.
+With `rank > 0` it also runs a seeded random low-rank predictor MLP (d_model -> rank ->
+d_ffn, ReLU, as PowerInfer's predictors) per call and discards its answer: the predictor's
+cost is measured (in torch, unfused), its accuracy is the oracle's.
+
+Only the speed of these decoders is meaningful; the tokens they produce are not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from powerbench.engine.weights import (
+    AttentionWeights,
+    DecoderWeights,
+    GatedFFNWeights,
+    LayerWeights,
+    NormWeights,
+    ReluFFNWeights,
+    RopeWeights,
+)
+from powerbench.flash.bench import TraceActiveSets
+from powerbench.model.spec import FFNKind, ModelSpec
+
+DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
+OPT_POS_OFFSET = 2  # OPT's learned positions start at index 2
+ROPE_THETA = 10_000.0
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r}: choose one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+def synthetic_spec(model: str, layers: int | None = None,
+                   overrides: Sequence[str] = ()) -> ModelSpec:
+    """The ModelSpec of model config `model` (its `spec` section, after `overrides` such
+    as "spec.d_model=64"), with at most `layers` layers."""
+    from powerbench.config import group_config
+    from powerbench.model.loading import spec_from_config
+
+    cfg = group_config("model", model, list(overrides))
+    if getattr(cfg, "spec", None) is None:
+        raise ValueError(f"model={model} has no `spec` section (shapes): synthetic weights need "
+                         "one (e.g. opt_6_7b, llama_reglu_7b); add it to conf/model/{model}.yaml "
+                         "or pass task.synthetic_overrides")
+    spec = spec_from_config(cfg)
+    if spec.n_experts > 1:
+        raise ValueError(f"model={model} is a mixture of experts: not supported by the decoder")
+    if layers is not None:
+        if layers <= 0:
+            raise ValueError("task.layers must be positive")
+        spec = dataclasses.replace(spec, n_layers=min(layers, spec.n_layers))
+    return spec
+
+
+class _Random:
+    """Seeded random tensors, drawn in the target dtype (no fp32 staging copy)."""
+
+    def __init__(self, seed: int, dtype: torch.dtype) -> None:
+        self.g = torch.Generator().manual_seed(seed)
+        self.dtype = dtype
+
+    def matrix(self, rows: int, cols: int) -> Tensor:
+        return torch.randn(rows, cols, generator=self.g, dtype=self.dtype).mul_(cols ** -0.5)
+
+    def vector(self, n: int, scale: float = 0.01) -> Tensor:
+        return torch.randn(n, generator=self.g, dtype=self.dtype).mul_(scale)
+
+
+def _norm(kind: str, d: int, dtype: torch.dtype) -> NormWeights:
+    if kind == "layer":
+        return NormWeights("layer", torch.ones(d, dtype=dtype), torch.zeros(d, dtype=dtype), 1e-5)
+    return NormWeights("rms", torch.ones(d, dtype=dtype), None, 1e-6)
+
+
+def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float16,
+                              seed: int = 0) -> DecoderWeights:
+    """A `DecoderWeights` of `spec`'s shape with seeded random weights (see the module
+    docstring); `spec.n_layers` layers, `spec.vocab_size` rows in the LM head."""
+    rnd = _Random(seed, dtype)
+    d, f = spec.d_model, spec.d_ffn
+    hd = spec.head_dim
+    q_out, kv_out = spec.n_heads * hd, spec.n_kv_heads * hd
+    opt = spec.ffn_kind == FFNKind.relu
+    norm_kind = "layer" if opt else "rms"
+    layers = []
+    for _ in range(spec.n_layers):
+        attn = AttentionWeights(wq=rnd.matrix(q_out, d), wk=rnd.matrix(kv_out, d),
+                                wv=rnd.matrix(kv_out, d), wo=rnd.matrix(d, q_out))
+        if opt:
+            attn.bq, attn.bk, attn.bv, attn.bo = (rnd.vector(q_out), rnd.vector(kv_out),
+                                                  rnd.vector(kv_out), rnd.vector(d))
+            w2_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))  # fan-in of fc2 is d_ffn
+            ffn: ReluFFNWeights | GatedFFNWeights = ReluFFNWeights(
+                w1=rnd.matrix(f, d), b1=rnd.vector(f), w2=w2_t.t().contiguous(), w2_t=w2_t,
+                b2=rnd.vector(d))
+        else:
+            w_down_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))
+            ffn = GatedFFNWeights(w_gate=rnd.matrix(f, d), w_up=rnd.matrix(f, d),
+                                  w_down=w_down_t.t().contiguous(), w_down_t=w_down_t,
+                                  kind=spec.ffn_kind)
+        layers.append(LayerWeights(attn_norm=_norm(norm_kind, d, dtype), attn=attn,
+                                   ffn_norm=_norm(norm_kind, d, dtype), ffn=ffn))
+    lm_head = rnd.matrix(spec.vocab_size, d)
+    common: dict[str, Any] = dict(
+        d_model=d, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=hd,
+        pre_norm=True, embed=lm_head, layers=layers, final_norm=_norm(norm_kind, d, dtype),
+        lm_head=lm_head, max_positions=spec.max_positions)
+    if opt:
+        return DecoderWeights(model_type="opt", pos_offset=OPT_POS_OFFSET,
+                              pos_embed=rnd.matrix(spec.max_positions + OPT_POS_OFFSET, d),
+                              **common)
+    inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    return DecoderWeights(model_type="llama", rope=RopeWeights(inv_freq=inv_freq), **common)
+
+
+def trace_profile(spec: ModelSpec, layers: int, trace_tokens: int, seed: int = 0) -> Any:
+    """`synthetic_profile` of the FULL model `spec` (its depth profile), keeping `layers`
+    layers evenly spaced over the depth (all of them when layers >= spec.n_layers): a
+    capped benchmark sees the whole model's mix of cold and hot layers."""
+    from powerbench.profiling.synthetic import synthetic_profile
+
+    profile = synthetic_profile(spec, trace_tokens=trace_tokens, seed=seed)
+    keep = np.unique(np.linspace(0, spec.n_layers - 1, min(layers, spec.n_layers)).round()
+                     .astype(int))
+    return SimpleNamespace(n_layers=len(keep), layers=[profile.layers[i] for i in keep],
+                           layer_ids=[int(i) for i in keep])
+
+
+class TraceReplay(TraceActiveSets):
+    """Active sets replayed from a synthetic profile's per-token trace (see the module
+    docstring): a call of r rows gets the union of the next r trace tokens' sets in every
+    layer, and the trace advances after the last layer; `rewind` restarts it. With
+    `rank > 0` a random low-rank predictor MLP runs on every call (cost only)."""
+
+    def __init__(self, profile: Any, rank: int = 0, d_model: int = 0,
+                 dtype: torch.dtype = torch.float32, seed: int = 0) -> None:
+        super().__init__(profile)
+        self.strategy = "trace" if rank <= 0 else f"trace+predictor r{rank}"
+        self.rows = 1
+        self.mlps: list[tuple[Tensor, Tensor]] = []
+        self.predicted: Tensor | None = None
+        if rank > 0:
+            d_ffn = len(profile.layers[0].counts)
+            rnd = _Random(seed + 1, dtype)
+            self.mlps = [(rnd.matrix(rank, d_model), rnd.matrix(d_ffn, rank))
+                         for _ in range(self.n_layers)]
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for pair in self.mlps for t in pair)
+
+    def rewind(self) -> None:
+        self.seek(0)
+
+    def predict(self, layer_idx: int, x: Tensor) -> Tensor:
+        if self.mlps:  # the predictor's cost; its answer is replaced by the trace's
+            a, b = self.mlps[layer_idx]
+            self.predicted = (F.linear(torch.relu(F.linear(x, a)), b) > 0).any(0)
+        rows = x.shape[0]
+        sets = [self.sets[layer_idx][(self.step + r) % self.n_tokens] for r in range(rows)]
+        ids = sets[0] if rows == 1 else torch.unique(torch.cat(sets))
+        if layer_idx == self.n_layers - 1:
+            self.step += rows
+        return ids
+
+
+class AllActive:
+    """Every neuron active in every call (the sparse engine then computes the dense FFN)."""
+
+    strategy = "all"
+
+    def __init__(self, d_ffn: int) -> None:
+        self.ids = torch.arange(d_ffn)
+
+    def predict(self, layer_idx: int, x: Tensor) -> Tensor:
+        return self.ids
