@@ -89,7 +89,7 @@ def test_synthetic_engines_run_side_by_side(tiny):
 
 def test_spec_less_model_is_refused():
     with pytest.raises(ValueError, match="no `spec` section"):
-        synthetic_spec("opt_1_3b")
+        synthetic_spec("opt_125m")
 
 
 def test_cli_writes_the_realsize_csv(run_cli, tmp_path, capsys):
