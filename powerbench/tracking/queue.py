@@ -108,13 +108,12 @@ class SyncReport:
     left: int = 0  # still queued (server unreachable or an upload failed)
 
 
-def upload(client: Any, record: RunRecord, experiment_id: str,
-           parents: dict[str, str]) -> str:
-    """Create (or finish) the record's run on the server; returns its server run id."""
+def upload(client: Any, record: RunRecord, experiment_id: str, parents: dict[str, str],
+           run_id: str | None = None) -> str:
+    """Create the record's run on the server, or finish `run_id` (the run it already has
+    for this record); returns its server run id."""
     from mlflow.entities import Metric, Param
 
-    found = client.search_runs([experiment_id], f"tags.`{QUEUE_TAG}` = '{record.queue_id}'")
-    run_id = found[0].info.run_id if found else None
     if run_id is None:
         tags = dict(record.tags, **{QUEUE_TAG: record.queue_id})
         parent = record.parent_run_id or parents.get(record.parent_queue_id or "")
@@ -141,8 +140,9 @@ def upload(client: Any, record: RunRecord, experiment_id: str,
     return run_id
 
 
-def sync_queue(uri: str) -> SyncReport:
-    """Upload every queued run of the store at `uri`; records that uploaded are removed."""
+def sync_queue(uri: str, probe: bool = True) -> SyncReport:
+    """Upload every queued run of the store at `uri`; records that uploaded are removed.
+    `probe=False`: the caller has just found the server reachable."""
     from mlflow.tracking import MlflowClient
 
     from powerbench.tracking.store import is_remote, server_reachable
@@ -151,7 +151,7 @@ def sync_queue(uri: str) -> SyncReport:
     records = queued(uri)
     if not records:
         return report
-    if is_remote(uri) and not server_reachable(uri):
+    if probe and is_remote(uri) and not server_reachable(uri):
         report.left = len(records)
         return report
     client = MlflowClient(tracking_uri=uri)
@@ -169,7 +169,9 @@ def sync_queue(uri: str) -> SyncReport:
                 parents[record.queue_id] = found[0].info.run_id
                 report.already += 1
             else:
-                parents[record.queue_id] = upload(client, record, experiment_id, parents)
+                parents[record.queue_id] = upload(
+                    client, record, experiment_id, parents,
+                    run_id=found[0].info.run_id if found else None)
                 if found or record.server_run_id:
                     report.completed += 1
                 else:

@@ -161,7 +161,7 @@ class Tracker:
 
     def _sync_queue(self) -> None:
         try:
-            report = sync_queue(self.uri)
+            report = sync_queue(self.uri, probe=False)  # run() has just probed it
         except Exception as err:  # noqa: BLE001 - syncing old runs never stops a new one
             log.warning("could not upload queued runs to %s: %s", self.uri, err)
             return
