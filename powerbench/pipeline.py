@@ -160,11 +160,12 @@ def stage_eval(ctx: RunContext, loaded, split, predictors=None):
 
 # ---- driver -------------------------------------------------------------------------------
 
-def run_experiment(cfg: PowerbenchConfig, out_dir: Path,
-                   tags: dict[str, str] | None = None) -> RunContext:
-    """Run the pipeline for the typed `cfg`, results under `out_dir` and in MLflow."""
+def run_experiment(cfg: PowerbenchConfig, out_dir: Path, tags: dict[str, str] | None = None,
+                   tracker: Tracker | None = None) -> RunContext:
+    """Run the pipeline for the typed `cfg`, results under `out_dir` and in MLflow
+    (`tracker`: one already built from `cfg.tracking`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tracker: Tracker = build(cfg.tracking)
+    tracker = tracker if tracker is not None else build(cfg.tracking)
     cache = cache_dir(cfg.cache_dir)
     choices = _choices(cfg)
     run_name = "-".join(str(v) for v in choices.values() if v is not None)

@@ -25,9 +25,10 @@ def results_table(metrics: dict[str, float], notes: list[str]) -> str:
 def run(task: RunTask, cfg: PowerbenchConfig, out_dir: Path) -> RunContext | None:
     """The pipeline, unless this exact config finished before (`rerun=true` forces it)."""
     ledger = JobLedger(cfg)
+    tracker = build(cfg.tracking)
     if not cfg.rerun:
         done = ledger.finished_locally()
-        run_id = (done or {}).get("run_id") or ledger.finished_in_mlflow(build(cfg.tracking))
+        run_id = None if done else ledger.finished_in_mlflow(tracker)
         if done or run_id:
             where = done["metrics"] if done else f"MLflow run {run_id}"
             print(f"skipped: job {ledger.job_id} finished before ({where}); "
@@ -35,7 +36,7 @@ def run(task: RunTask, cfg: PowerbenchConfig, out_dir: Path) -> RunContext | Non
             sweep_marker("skipped")
             return None
     try:
-        ctx = run_experiment(cfg, out_dir, tags={JOB_TAG: ledger.job_id})
+        ctx = run_experiment(cfg, out_dir, tags={JOB_TAG: ledger.job_id}, tracker=tracker)
     except BaseException:
         sweep_marker("failed")
         raise
