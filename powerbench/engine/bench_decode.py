@@ -95,13 +95,20 @@ def weight_bytes_per_token(decoder: Decoder, computed_fraction: float,
     return float(attn + _nbytes(w.lm_head) + computed_fraction * ffn + predictor_bytes)
 
 
-def _generate_timed(decoder: Decoder, ids: Tensor, new_tokens: int) -> float:
+def generate_timed(decoder: Decoder, ids: Tensor, new_tokens: int) -> float:
+    """Decode seconds of one generation (the FFN rewound first, e.g. replayed sets)."""
     rewind = getattr(decoder.ffn, "rewind", None)
     if rewind is not None:
         rewind()
     clock = StepClock(decoder.device)
     decoder.generate(ids, new_tokens, clock=clock)
     return clock.timing().decode_s
+
+
+def rotation(names: Sequence[str], round_index: int) -> list[str]:
+    """Round `round_index`'s order: `names` rotated, so drifting load hits every engine."""
+    k = round_index % len(names)
+    return [*names[k:], *names[:k]]
 
 
 def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
@@ -116,15 +123,15 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
     ffn_us: dict[str, list[float]] = {n: [] for n in names}
     with torch_threads(threads) as used, torch.inference_mode():
         for name in names:  # warm-up (and the oracle's recording)
-            _generate_timed(engines[name], ids, new_tokens)
+            generate_timed(engines[name], ids, new_tokens)
         for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = rotation(names, r)
             for name in order:
-                rates[name].append(steps / _generate_timed(engines[name], ids, new_tokens))
+                rates[name].append(steps / generate_timed(engines[name], ids, new_tokens))
         for _ in range(max(rounds // 3, 3)):
             for name in names:
                 timed = _TimedFFN(engines[name].ffn, rows=ids.shape[0])
-                _generate_timed(Decoder(engines[name].w, ffn=timed), ids, new_tokens)
+                generate_timed(Decoder(engines[name].w, ffn=timed), ids, new_tokens)
                 ffn_us[name].append(timed.seconds / max(timed.calls, 1) * 1e6)
     dense_rate = statistics.median(rates["dense"])
     dense_best = max(rates["dense"])

@@ -41,6 +41,7 @@ from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container
 from powerbench.dataset import load_texts
 from powerbench.engine import build_prompt_batch
+from powerbench.engine.bench_decode import generate_timed, rotation
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf, llamacpp_available
 from powerbench.engine.sparse import SparseFFN
@@ -83,12 +84,8 @@ class Row:
 
 
 def decoder_rate(decoder, ids: torch.Tensor, new_tokens: int) -> Callable[[], float]:
-    from powerbench.engine.timing import StepClock
-
     def once() -> float:
-        clock = StepClock(decoder.device)
-        decoder.generate(ids, new_tokens, clock=clock)
-        return (new_tokens - 1) * ids.shape[0] / clock.timing().decode_s
+        return (new_tokens - 1) * ids.shape[0] / generate_timed(decoder, ids, new_tokens)
 
     return once
 
@@ -107,7 +104,7 @@ def interleaved(engines: dict[str, Callable[[], float]], rounds: int) -> dict[st
         engines[name]()
     rates: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in rotation(names, r):
             rates[name].append(engines[name]())
     return rates
 
