@@ -1,0 +1,5 @@
+"""Reproduction targets (see powerbench.reproduce.target)."""
+
+from powerbench.reproduce.target import Target
+
+TARGETS: tuple[Target, ...] = ()
