@@ -136,6 +136,25 @@ def stage_predictors(ctx: RunContext, loaded, profile, split):
     return predictors
 
 
+def stage_sized_predictors(ctx: RunContext, loaded, profile):
+    """Shape-only model: predictors sized by the strategy's rule, charged at the quality our
+    trained predictors reach (powerbench.predictor.sized); none for dense strategies."""
+    from powerbench.predictor.sized import PredictorQuality, size_predictors
+
+    q = ctx.cfg.simulator.predictor_quality
+    quality = (PredictorQuality(tuple(q.active_fraction), tuple(q.recall),
+                                tuple(q.predicted_over_true), q.source)
+               if q.active_fraction else
+               PredictorQuality((1.0,), (1.0,), (ctx.cfg.simulator.predicted_over_true,),
+                                "simulator.predicted_over_true"))
+    sized = size_predictors(ctx.cfg.predictor, loaded.spec, profile, quality)
+    if sized is not None:
+        ctx.record(sized.metrics(loaded.spec))
+        ctx.note(f"predictors: SIZED by the {sized.strategy} rule (shape-only model, not "
+                 f"trained); quality from {quality.source}")
+    return sized
+
+
 def stage_engine(ctx: RunContext, loaded, split, **context):
     from powerbench.engine import run_engine
 
@@ -181,6 +200,7 @@ def run_experiment(cfg: PowerbenchConfig, out_dir: Path, tags: dict[str, str] | 
 
 def run_stages(ctx: RunContext) -> None:
     from powerbench.hardware import load_hardware
+    from powerbench.predictor.stats import predictor_layer_bytes
     from powerbench.simulator.stage import record_infeasible, simulate_stage
     from powerbench.solver import PlacementInfeasibleError
 
@@ -192,7 +212,10 @@ def run_stages(ctx: RunContext) -> None:
     if cfg.predictor is not None and loaded.has_weights:
         predictors = timed(ctx, "predictors",
                            lambda: stage_predictors(ctx, loaded, profile, split))
-    predictor_bytes = ctx.metrics.get("predictor_param_bytes")
+    elif cfg.predictor is not None and cfg.simulator is not None:
+        predictors = timed(ctx, "predictors",
+                           lambda: stage_sized_predictors(ctx, loaded, profile))
+    predictor_bytes = predictor_layer_bytes(predictors)
     if cfg.simulator is not None and (cfg.solver is None or cfg.hardware is None):
         raise ValueError("simulator=cost_model needs a placement: add hardware=<name> "
                          "(pc_high, pc_low, a100, oneplus12, local) and solver=<name> "

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numpy as np
+
 from powerbench.predictor.threshold import Confusion
 
 
@@ -83,3 +85,11 @@ def overall_metrics(stats: Sequence[LayerPredictorStats], model_params: int) -> 
         "predictor_train_s": float(sum(s.train_s for s in stats)),
         "predictor_mean_rank": sum(s.rank for s in stats) / len(stats),
     }
+
+
+def predictor_layer_bytes(predictors: object | None) -> np.ndarray | None:
+    """Per-layer parameter bytes of trained or sized predictors (None: none to charge)."""
+    stats = list(getattr(predictors, "stats", None) or [])
+    if not stats:
+        return None
+    return np.array([float(s.param_bytes) for s in stats], dtype=np.float64)

@@ -70,6 +70,18 @@ class PrefillConfig:
 
 
 @dataclass
+class PredictorQualityConfig:
+    """Recall and predicted / true active ratio our trained predictors reach, by a layer's
+    true active fraction (powerbench.predictor.sized.PredictorQuality): what a shape-only
+    model's sized predictors are charged. Empty: `predicted_over_true` and recall 1."""
+
+    active_fraction: list[float] = field(default_factory=list)
+    recall: list[float] = field(default_factory=list)
+    predicted_over_true: list[float] = field(default_factory=list)
+    source: str = ""
+
+
+@dataclass
 class SimulatorConfig:
     """simulator=cost_model: the per-token cost model (powerbench.simulator)."""
 
@@ -84,6 +96,7 @@ class SimulatorConfig:
     # Predictor bytes per layer when neither a PredictorSet nor the placement gives them:
     # an MLP d_model -> hidden -> neurons stored in fp16 (the solvers' default).
     predictor_hidden: int = 1024
+    predictor_quality: PredictorQualityConfig = field(default_factory=PredictorQualityConfig)
     cpu_threads: int | None = None  # None: every core of the host
     # Per-operator CPU overhead (barrier / dispatch), microseconds. None: the profile's
     # `thread_sync_s` with an accelerator present (our default 1 us if unmeasured), and its

@@ -109,6 +109,35 @@ def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.Dat
     })
 
 
+def weight_load_share(spec: ModelSpec, placement: Placement, work: FFNWork) -> float:
+    """The GPU's share of the neuron load as PowerInfer's Fig. 12 counts it: the weight rows
+    ("neurons", attention's included) multiplied per decode token. Attention and the output
+    projection are dense (all their rows, on their device); of the FFN, the neurons each
+    device computes. Predictors are not model neurons and are left out."""
+    attn_gpu = np.array([d == GPU for d in placement.attn_device], dtype=np.float64)
+    attn = spec.attn_params_per_layer
+    head = spec.vocab_size * spec.d_model
+    gpu = (attn * attn_gpu.sum() + spec.params_per_neuron * work.gpu_computed.mean(axis=0).sum()
+           + head * (placement.lm_head_device == GPU))
+    cpu = (attn * (1 - attn_gpu).sum()
+           + spec.params_per_neuron * work.cpu_computed.mean(axis=0).sum()
+           + head * (placement.lm_head_device != GPU))
+    return float(gpu / (gpu + cpu)) if gpu + cpu > 0 else 0.0
+
+
+def predictor_metrics(spec: ModelSpec, pred_bytes: np.ndarray,
+                      predictors: Any | None) -> dict[str, float]:
+    """What the simulated run charged for predictors (Table 6 reads these)."""
+    stats = list(getattr(predictors, "stats", None) or [])
+    ranks = [s.rank for s in stats if getattr(s, "rank", None) is not None]
+    out = {"sim_predictor_bytes": float(pred_bytes.sum()),
+           "sim_predictor_param_share": float(pred_bytes.sum() / PREDICTOR_BYTES_PER_PARAM
+                                              / max(spec.total_params, 1))}
+    if ranks:
+        out["sim_predictor_rank_mean"] = float(np.mean(ranks))
+    return out
+
+
 def use_stream_prefill(cfg: SimulatorConfig, hardware: HardwareProfile, rows: int) -> bool:
     return (cfg.prefill.mode is PrefillMode.gpu_stream and hardware.has_accelerator
             and rows >= cfg.prefill.gpu_min_tokens)
@@ -152,6 +181,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     # decode: N - 1 steps of B rows
     n_steps = new - 1
     metrics: dict[str, float] = {
+        **(predictor_metrics(spec, pred_bytes, predictors) if sparse else {}),
         "sim_prefill_tokens_per_s": rows / prefill_s,
         "sim_prefill_ms": prefill_s * 1e3,
         "sim_prefill_dense_gpu": float(stream),
@@ -179,7 +209,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
             "sim_decode_ms": decode_s * 1e3,
             "sim_decode_latency_ms_p50": float(np.percentile(step_s, 50) * 1e3),
             "sim_decode_latency_ms_p90": float(np.percentile(step_s, 90) * 1e3),
-            "sim_gpu_neuron_load_share": dec_work.gpu_load_share(),
+            "sim_gpu_neuron_load_share": weight_load_share(spec, placement, dec_work),
+            "sim_gpu_ffn_load_share": dec_work.gpu_load_share(),
             "sim_gpu_compute_share": dec_work.gpu_compute_share(),
             "sim_gpu_bytes_per_step": float(dec.bytes_read[GPU].mean()),
             "sim_cpu_bytes_per_step": float(dec.bytes_read[CPU].mean()),

@@ -34,7 +34,7 @@ from powerbench.tasks.inputs import model_inputs
 
 SHOWN = ["decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct",
          "prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct",
-         "hybrid_gpu_neuron_load_share", "sim_gpu_neuron_load_share",
+         "hybrid_gpu_neuron_load_share", "sim_gpu_ffn_load_share",
          "gpu_neuron_load_share", "hybrid_cpu_ffn_ms_per_call",
          "hybrid_gpu_resident_neuron_share"]
 

@@ -203,3 +203,17 @@ def test_dense_prefill_mode_computes_every_neuron_from_its_row_threshold():
     assert prefill_ms(dense_prompts, 16) == pytest.approx(prefill_ms(dense_cfg, 16))
     assert prefill_ms(dense_prompts, 8) == pytest.approx(prefill_ms(hybrid, 8))
     assert prefill_ms(hybrid, 16) != pytest.approx(prefill_ms(dense_cfg, 16))  # it matters
+
+
+def test_neuron_load_counts_every_weight_row_as_papers_fig12_ffn_share_separately():
+    """Attention and the output projection on the GPU, every FFN neuron on the CPU, dense
+    compute: the GPU's share of the weight rows is hand-computable; its FFN share is 0."""
+    spec = make_spec(n_layers=2)
+    profile = _random_profile(spec)
+    placement = make_placement(spec, [np.arange(0)] * 2)  # no FFN neuron on the GPU
+    cfg = zero_overhead_config(mode=ComputeMode.dense)
+    m = simulate(cfg, spec, profile, placement, make_hardware(), bench=_bench()).metrics
+    gpu = 2 * spec.attn_params_per_layer + spec.vocab_size * spec.d_model
+    cpu = 2 * spec.neurons_per_layer * spec.params_per_neuron
+    assert m["sim_gpu_neuron_load_share"] == pytest.approx(gpu / (gpu + cpu))
+    assert m["sim_gpu_ffn_load_share"] == 0.0
