@@ -70,6 +70,28 @@ class PrefillConfig:
 
 
 @dataclass
+class KernelEfficiency:
+    """Achieved share of a device's effective memory bandwidth, by kernel kind: weight
+    bytes are charged at bandwidth x factor. Global (every model, every hardware profile);
+    1.0 = the roofline. `int4` multiplies the others for int4 weights (dequantising
+    kernels). conf/simulator/cost_model.yaml gives each its source."""
+
+    cpu_dense: float = 1.0
+    cpu_sparse: float = 1.0  # neuron-aware sparse FFN operator on the host
+    gpu_dense: float = 1.0
+    gpu_sparse: float = 1.0  # neuron-aware sparse FFN operator on the accelerator
+    int4: float = 1.0
+
+    def factor(self, device: str, sparse: bool, int4: bool) -> float:
+        value = getattr(self, f"{device}_{'sparse' if sparse else 'dense'}")
+        value *= self.int4 if int4 else 1.0
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"simulator.efficiency for {device} ({'sparse' if sparse else 'dense'}"
+                             f"{', int4' if int4 else ''}) is {value}: it must be in (0, 1]")
+        return value
+
+
+@dataclass
 class PredictorQualityConfig:
     """Recall and predicted / true active ratio our trained predictors reach, by a layer's
     true active fraction (powerbench.predictor.sized.PredictorQuality): what a shape-only
@@ -97,6 +119,7 @@ class SimulatorConfig:
     # an MLP d_model -> hidden -> neurons stored in fp16 (the solvers' default).
     predictor_hidden: int = 1024
     predictor_quality: PredictorQualityConfig = field(default_factory=PredictorQualityConfig)
+    efficiency: KernelEfficiency = field(default_factory=KernelEfficiency)
     cpu_threads: int | None = None  # None: every core of the host
     # Per-operator CPU overhead (barrier / dispatch), microseconds. None: the profile's
     # `thread_sync_s` with an accelerator present (our default 1 us if unmeasured), and its

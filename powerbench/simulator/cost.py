@@ -128,6 +128,7 @@ class CostModel:
         self.shared_bw = hardware.memory_of(hardware.cpu).effective_bw if hardware.unified \
             else None
         self.ops: dict[str, OpCounts] = {CPU: cfg.cpu_ops, GPU: cfg.gpu_ops}
+        self.int4 = str(placement.weight_dtype) == "int4"
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
         self.cpu_counts = placement.neurons_per_layer - self.gpu_counts
         self._check_devices()
@@ -145,6 +146,11 @@ class CostModel:
             raise ValueError("the cost model assumes each layer's KV cache lives with its "
                              "attention (placement.kv_device == attn_device)")
 
+    def efficiency(self, dev: str, sparse: bool = False, weights: bool = True) -> float:
+        """Achieved share of `dev`'s bandwidth for this kind of kernel (cfg.efficiency);
+        `weights`: the model's weights (int4 factor applies), else fp16 data (KV, predictors)."""
+        return self.cfg.efficiency.factor(dev, sparse, weights and self.int4)
+
     # ---- pieces ---------------------------------------------------------------------------
     def switch(self, src: str, dst: str, nbytes: float | np.ndarray) -> np.ndarray:
         """Moving the residual stream from src to dst: one sync + the bytes over the link."""
@@ -156,7 +162,8 @@ class CostModel:
     def attention(self, layer: int, shape: PassShape) -> np.ndarray:
         s = self.spec
         dev = self.placement.attn_device[layer]
-        nbytes = self.attn_bytes + shape.kv_tokens * self.kv_token_bytes
+        nbytes = (self.attn_bytes / self.efficiency(dev)
+                  + shape.kv_tokens * self.kv_token_bytes / self.efficiency(dev, weights=False))
         rates = self.dev[dev]
         flops = (2.0 * s.attn_params_per_layer * shape.rows
                  + rates.score_flops_equivalent(4.0 * s.n_heads * s.head_dim * shape.score_pairs))
@@ -168,12 +175,14 @@ class CostModel:
         if nbytes <= 0:
             return dev, 0.0
         params = nbytes / 2.0  # predictors are stored in fp16
-        return dev, float(self.dev[dev].time(nbytes, 2.0 * params * rows, self.ops[dev].predictor))
+        return dev, float(self.dev[dev].time(nbytes / self.efficiency(dev, weights=False),
+                                             2.0 * params * rows, self.ops[dev].predictor))
 
     def ffn_device(self, dev: str, neurons: np.ndarray, rows: int) -> np.ndarray:
         ops = self.ops[dev].ffn_sparse if self.sparse else self.ops[dev].ffn_dense
         flops = 2.0 * self.spec.params_per_neuron * neurons * rows
-        t = self.dev[dev].time(neurons * self.neuron_bytes, flops, ops)
+        nbytes = neurons * self.neuron_bytes / self.efficiency(dev, self.sparse)
+        t = self.dev[dev].time(nbytes, flops, ops)
         if self.sparse and dev == CPU and self.cfg.cpu_sparse_call_us:
             t = t + self.cfg.cpu_sparse_call_us * 1e-6
         return t
@@ -181,7 +190,8 @@ class CostModel:
     def lm_head(self, shape: PassShape) -> tuple[str, float]:
         dev = self.placement.lm_head_device
         flops = 2.0 * self.spec.vocab_size * self.spec.d_model * shape.out_rows
-        return dev, float(self.dev[dev].time(self.lm_head_bytes, flops, self.ops[dev].lm_head))
+        return dev, float(self.dev[dev].time(self.lm_head_bytes / self.efficiency(dev), flops,
+                                             self.ops[dev].lm_head))
 
     # ---- one decode-style pass --------------------------------------------------------------
     def forward(self, work: FFNWork, shape: PassShape) -> PassCosts:
