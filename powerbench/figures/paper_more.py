@@ -172,7 +172,7 @@ def fig15(tracking_uri: str | None = None, out_dir: str | Path | None = None,
     """Paper figure 15: tokens/s of each ablation step per model (speedup over llama.cpp)."""
     table = fig15_table(simulated_runs(experiment, tracking_uri))
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(table)), 5))
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(table)), 5.5))
     x = np.arange(len(table))
     width = 0.8 / len(ABLATION)
     colors = ("#9e9e9e", "#ffbb78", "#98df8a", "#1f77b4")
@@ -197,7 +197,7 @@ def fig15(tracking_uri: str | None = None, out_dir: str | Path | None = None,
     fig.suptitle(f"Fig. 15 ablation on {hardware}, {SIMULATED_NOTE}; labels: speedup over "
                  "llama.cpp", fontsize=9)
     fig.text(0.01, 0.01, ABLATION_NOTE, fontsize=6, wrap=True)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.22, top=0.9)
     return write_figure("fig15", table, fig, out_dir)
 
 
