@@ -194,10 +194,10 @@ def fig15(tracking_uri: str | None = None, out_dir: str | Path | None = None,
     ax.grid(axis="y", alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper right")
     hardware = ", ".join(sorted(table.hardware.dropna().unique()))
-    fig.suptitle(f"Fig. 15 ablation on {hardware}, {SIMULATED_NOTE}; labels: speedup over "
+    fig.suptitle(f"Fig. 15 ablation on {hardware}, {SIMULATED_NOTE}\nlabels: speedup over "
                  "llama.cpp", fontsize=9)
     fig.text(0.01, 0.01, ABLATION_NOTE, fontsize=6, wrap=True)
-    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.22, top=0.9)
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.22, top=0.88)
     return write_figure("fig15", table, fig, out_dir)
 
 

@@ -41,10 +41,14 @@ def table_png(ax, table: pd.DataFrame, digits: int = 4) -> None:
              for row in table.itertuples(index=False)]
     ax.axis("off")
     drawn = ax.table(cellText=cells or [["(no rows)"] + [""] * (len(table.columns) - 1)],
-                     colLabels=list(table.columns), loc="center", cellLoc="center")
+                     colLabels=[c.replace("_", "\n") for c in table.columns], loc="center",
+                     cellLoc="center")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(7)
     drawn.scale(1.0, 1.4)
+    for (row, _), cell in drawn.get_celld().items():
+        if row == 0:  # header: one line per word
+            cell.set_height(cell.get_height() * 3)
 
 
 def _host_cpu(tag: object, cpu_model) -> str:
