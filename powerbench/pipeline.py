@@ -139,14 +139,9 @@ def stage_predictors(ctx: RunContext, loaded, profile, split):
 def stage_sized_predictors(ctx: RunContext, loaded, profile):
     """Shape-only model: predictors sized by the strategy's rule, charged at the quality our
     trained predictors reach (powerbench.predictor.sized); none for dense strategies."""
-    from powerbench.predictor.sized import PredictorQuality, size_predictors
+    from powerbench.predictor.sized import quality_from_config, size_predictors
 
-    q = ctx.cfg.simulator.predictor_quality
-    quality = (PredictorQuality(tuple(q.active_fraction), tuple(q.recall),
-                                tuple(q.predicted_over_true), q.source)
-               if q.active_fraction else
-               PredictorQuality((1.0,), (1.0,), (ctx.cfg.simulator.predicted_over_true,),
-                                "simulator.predicted_over_true"))
+    quality = quality_from_config(ctx.cfg.simulator)
     sized = size_predictors(ctx.cfg.predictor, loaded.spec, profile, quality)
     if sized is not None:
         ctx.record(sized.metrics(loaded.spec))

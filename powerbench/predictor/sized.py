@@ -140,3 +140,14 @@ def size_predictors(cfg: Any, spec: ModelSpec, profile: ActivationProfile,
                                 min(1.0, true * ratio), recall))
     return SizedPredictors(cfg.name, stats, {"quality_source": quality.source,
                                              "sized_by": "rule (shape-only model)"})
+
+
+def quality_from_config(simulator_cfg: Any) -> PredictorQuality:
+    """The simulator config's measured `predictor_quality` table (or, when it is empty, its
+    flat `predicted_over_true` with recall 1)."""
+    q = simulator_cfg.predictor_quality
+    if q.active_fraction:
+        return PredictorQuality(tuple(q.active_fraction), tuple(q.recall),
+                                tuple(q.predicted_over_true), q.source)
+    return PredictorQuality((1.0,), (1.0,), (simulator_cfg.predicted_over_true,),
+                            "simulator.predicted_over_true")

@@ -23,16 +23,18 @@ from powerbench.evaluation.accuracy import run_accuracy_eval
 from powerbench.hardware import load_hardware
 from powerbench.model.loading import spec_from_config
 from powerbench.predictor import prepare_predictors
+from powerbench.predictor.sized import quality_from_config, size_predictors
+from powerbench.predictor.stats import predictor_layer_bytes
 from powerbench.profiling.synthetic import synthetic_profile
-from powerbench.simulator import SimulatorConfig, simulate
+from powerbench.simulator import simulate
 from powerbench.solver import PlacementInfeasibleError, solve
 from powerbench.tasks.config import TourTask
 from powerbench.tasks.inputs import model_inputs
 from powerbench.tracking import ui_command
 
-# the two systems of the paper's figures: key -> (label, solver, simulator compute mode)
-SYSTEMS = {"llamacpp": ("llama.cpp (layer offload, dense)", "layer_offload", "dense"),
-           "powerinfer": ("PowerInfer (ILP placement, sparse)", "ilp", "sparse")}
+# key -> (label, solver, simulator mode, predictor sizing): conf/experiment/system/*.yaml
+SYSTEMS = {"llamacpp": ("llama.cpp (layer offload, dense)", "layer_offload", "dense", None),
+           "powerinfer": ("PowerInfer (ILP placement, sparse)", "ilp", "sparse", "adaptive")}
 
 
 @dataclass
@@ -50,18 +52,22 @@ def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSys
     profile = synthetic_profile(spec, trace_tokens=cfg.profiling.trace_tokens, seed=cfg.seed)
     hardware = load_hardware(group_config("hardware", task.sim_hardware))
     out = []
-    for key, (system, solver, mode) in SYSTEMS.items():
+    for key, (system, solver, mode, sizing) in SYSTEMS.items():
         context = cfg.bench.prompt_tokens + cfg.bench.new_tokens
+        sim_cfg = group_config("simulator", "cost_model", mode=mode)
+        predictors = (size_predictors(group_config("predictor", sizing), spec, profile,
+                                      quality_from_config(sim_cfg)) if sizing else None)
         try:
             placement = solve(group_config("solver", solver), spec, profile, hardware,
-                              weight_dtype=model.weight_dtype, context=context)
+                              weight_dtype=model.weight_dtype, context=context,
+                              predictor_bytes=predictor_layer_bytes(predictors))
         except PlacementInfeasibleError as err:
             print(f"{system}: {err}")
             continue
-        result = simulate(SimulatorConfig(mode=mode), spec, profile, placement, hardware,
+        result = simulate(sim_cfg, spec, profile, placement, hardware, predictors,
                           bench=cfg.bench)
         out.append(SimulatedSystem(key, system, result.metrics["sim_end_to_end_tokens_per_s"],
-                                   placement.metrics(profile)["gpu_neuron_load_share"]))
+                                   result.metrics["sim_gpu_neuron_load_share"]))
     return out
 
 
