@@ -62,6 +62,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
                       out_dir=Path(task.out_dir) if task.out_dir else results_dir(),
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
                       quick=task.quick, rerun=cfg.rerun)
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
     for target in targets:
         outcome = run_target(target, opts)
