@@ -10,12 +10,14 @@
     powerbench bench-flash [overrides...]       flash-offloaded FFN vs in DRAM (PowerInfer-2)
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
+    powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, reproduction.md
+    powerbench reproduce --list                 the reproduction targets
     powerbench sync                             upload runs queued while the server was down
     powerbench mlflow-server                    a shared MLflow server on PostgreSQL
     powerbench ui [URI]                         the command that opens MLflow's dashboard
 
 `--force` (= `rerun=true`) runs jobs that finished before; without it a re-run of a sweep
-skips them.
+skips them. `--quick` is `task.quick=true` and `--list` is `task.list=true`.
 
 `powerbench <task> ...` is `powerbench task=<task> ...`: every task gets a run directory,
 `--multirun`, `--cfg job`, `--help` and MLflow tracking. Task options live under `task.`
@@ -40,9 +42,12 @@ from powerbench.config import CONF_DIR, register_configs
 log = logging.getLogger("powerbench")
 
 TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "bench-flash",
-         "bench-threshold", "hybrid-local", "figure", "sync", "mlflow-server", "ui")
-# bare words after these tasks fill one option: `powerbench figure pc_high_e2e`
-POSITIONAL = {"figure": "task.figures", "ui": "tracking.uri"}
+         "bench-threshold", "hybrid-local", "figure", "reproduce", "sync", "mlflow-server", "ui")
+# bare words after these tasks fill one option: `powerbench figure fig10 fig12`
+POSITIONAL = {"figure": "task.figures", "reproduce": "task.targets", "ui": "tracking.uri"}
+LIST_OPTIONS = {"task.figures", "task.targets"}  # every bare word, as a list
+# flag sugar -> override: `powerbench reproduce --quick fig12`
+SUGAR = {"--force": "rerun=true", "--quick": "task.quick=true", "--list": "task.list=true"}
 # Hydra flags followed by a value (`--cfg job`): that value is not a bare word
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
                     "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
@@ -50,9 +55,11 @@ FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "-
 
 def task_overrides(argv: Sequence[str]) -> list[str]:
     """`[<task>] args...` -> Hydra arguments with `task=<task>` (bare words -> its option),
-    `--force` -> `rerun=true`."""
-    if "--force" in argv:
-        return [*task_overrides([a for a in argv if a != "--force"]), "rerun=true"]
+    `--force` -> `rerun=true`, `--quick` -> `task.quick=true`, `--list` -> `task.list=true`."""
+    flags = [a for a in argv if a in SUGAR]
+    if flags:
+        return [*task_overrides([a for a in argv if a not in SUGAR]),
+                *(SUGAR[f] for f in dict.fromkeys(flags))]
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])
@@ -64,7 +71,7 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     others = [a for a in rest if a not in words]
     if words:
         key = POSITIONAL[name]
-        value = f"[{','.join(words)}]" if key == "task.figures" else words[0]
+        value = f"[{','.join(words)}]" if key in LIST_OPTIONS else words[0]
         others.append(f"{key}={value}")
     return [f"task={name.replace('-', '_')}", *others]
 

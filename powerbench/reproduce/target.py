@@ -49,5 +49,9 @@ class Target:
     experiment: str | None = None  # swept with --multirun; None: `command` instead
     command: tuple[str, ...] = ()  # a powerbench task and its overrides, e.g. ("bench-operators",)
     quick: tuple[str, ...] = ()  # extra overrides of the reduced sweep (`--quick`)
+    # override sets, one `--multirun experiment=<experiment>` each, all logged to its MLflow
+    # experiment (for combinations no single Cartesian sweep expresses, e.g. per-PC model
+    # lists); `--quick` runs only the first, with `quick` applied after it
+    sweeps: tuple[tuple[str, ...], ...] = ((),)
     published: tuple[Published, ...] = field(default_factory=tuple)
     simulated: bool = True  # False: measured on this machine (the figure says where)

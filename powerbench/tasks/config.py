@@ -8,6 +8,7 @@ MLflow), with the task's options under `task.` (e.g. `task.rounds=41`).
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 
@@ -167,6 +168,21 @@ class FigureTask:
 
 
 @dataclass
+class ReproduceTask:
+    """Reproduce PowerInfer paper figures/tables (powerbench.reproduce): sweep, figure,
+    results/reproduction.md."""
+
+    _target_: str = "powerbench.tasks.reproduce.reproduce"
+    name: str = "reproduce"
+    # target names (`all`: every target); `builtins.list`: the field `list` shadows the name
+    targets: builtins.list[str] = field(default_factory=builtins.list)
+    list: bool = False  # print the targets and exit (`--list`)
+    quick: bool = False  # each target's reduced sweep (`--quick`)
+    n_jobs: int = 2  # parallel jobs of each sweep (hydra/launcher=parallel)
+    out_dir: str | None = None  # figures and reproduction.md (None: results/)
+
+
+@dataclass
 class HybridLocalTask:
     """engine=hybrid measured on this machine's GPU + CPU beside its simulated twin."""
 
@@ -206,5 +222,6 @@ class UiTask:
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
-           "bench_threshold": BenchThresholdTask, "figure": FigureTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
+           "bench_threshold": BenchThresholdTask, "figure": FigureTask,
+           "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
            "ui": UiTask}

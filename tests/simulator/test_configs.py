@@ -28,31 +28,41 @@ def test_simulator_typos_fail():
         SimulatorConfig(mdoe="dense")
 
 
-@pytest.mark.parametrize(("experiment", "hardware"), [("pc_high_e2e", "pc_high"),
-                                                      ("pc_low_e2e", "pc_low")])
+@pytest.mark.parametrize(("experiment", "hardware", "dtype", "longest"),
+                         [("fig10", "pc_high", "fp16", 128 + 512), ("fig11", "pc_low", "fp16", 128 + 512),
+                          ("fig12", "pc_high", "fp16", 64 + 128), ("fig13", "pc_high", "int4", 64 + 512)])
 @pytest.mark.parametrize(("system", "solver", "mode"), [("powerinfer", "ilp", "sparse"),
                                                         ("llamacpp", "layer_offload", "dense")])
-def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, system, solver, mode):
+def test_e2e_experiments_pair_solver_and_compute(experiment, hardware, dtype, longest, system,
+                                                 solver, mode):
     cfg = compose("config", overrides=[f"experiment={experiment}",
                                        f"experiment/system={system}"],
                   return_hydra_config=True)
     assert cfg.hardware.name == hardware and cfg.simulator.name == "cost_model"
-    assert cfg.engine is None
+    assert cfg.engine is None and cfg.model.weight_dtype == dtype
     assert cfg.solver.name == solver and cfg.simulator.mode == mode
-    assert cfg.solver.context == cfg.bench.prompt_tokens + 512
     params = cfg.hydra.sweeper.params
-    assert params["bench.new_tokens"] == "8,128,512"
-    assert params["model.weight_dtype"] == "fp16,int4"
+    prompts = [int(p) for p in str(params.get("bench.prompt_tokens", cfg.bench.prompt_tokens)
+                                   ).split(",")]
+    outputs = [int(n) for n in str(params.get("bench.new_tokens", cfg.bench.new_tokens)
+                                   ).split(",")]
+    assert cfg.solver.context == max(prompts) + max(outputs) == longest
     assert params["experiment/system"] == "powerinfer,llamacpp"
 
 
 def test_paper_models_are_swept():
-    cfg = compose("config", overrides=["experiment=pc_high_e2e"], return_hydra_config=True)
-    assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
-        "opt_30b", "opt_66b", "opt_175b", "falcon_relu_40b", "llama_reglu_70b"}
-    cfg = compose("config", overrides=["experiment=pc_low_e2e"], return_hydra_config=True)
-    assert set(cfg.hydra.sweeper.params["model"].split(",")) == {
+    def swept(experiment):
+        cfg = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+        return cfg.hydra.sweeper.params
+
+    assert set(swept("fig10")["model"].split(",")) == {
+        "opt_30b", "opt_66b", "falcon_relu_40b", "llama_reglu_70b"}
+    assert swept("fig10")["bench.new_tokens"] == "8,128,512"
+    assert swept("fig10")["bench.prompt_tokens"] == "64,128"
+    assert set(swept("fig11")["model"].split(",")) == {
         "opt_13b", "opt_30b", "llama_reglu_13b", "bamboo_7b"}
+    assert set(swept("fig13")["model"].split(",")) == {
+        "opt_30b", "opt_66b", "falcon_relu_40b", "llama_reglu_70b", "opt_175b"}
 
 
 def test_hybrid_engine_composes():

@@ -30,8 +30,11 @@ def test_task_words_become_overrides():
     assert task_overrides(["model=opt_13b"]) == ["model=opt_13b"]
     assert task_overrides(["bench-decode", "task.rounds=3"]) == ["task=bench_decode",
                                                                  "task.rounds=3"]
-    assert task_overrides(["figure", "pc_high_e2e", "pc_low_e2e"]) == [
-        "task=figure", "task.figures=[pc_high_e2e,pc_low_e2e]"]
+    assert task_overrides(["figure", "fig10", "fig12"]) == [
+        "task=figure", "task.figures=[fig10,fig12]"]
+    assert task_overrides(["reproduce", "--quick", "fig12", "fig10"]) == [
+        "task=reproduce", "task.targets=[fig12,fig10]", "task.quick=true"]
+    assert task_overrides(["reproduce", "--list"]) == ["task=reproduce", "task.list=true"]
     assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
     with pytest.raises(SystemExit, match="unexpected"):
         task_overrides(["validate", "--rounds", "3"])
@@ -143,8 +146,8 @@ def test_bench_solver_task(run_cli, tmp_path):
 
 
 def test_figure_task_without_runs_says_so(run_cli, capsys):
-    run_cli(["figure", "pc_low_e2e"])
-    assert "experiment=pc_low_e2e" in capsys.readouterr().out
+    run_cli(["figure", "fig11"])
+    assert "powerbench reproduce fig11" in capsys.readouterr().out
 
 
 def test_parallel_jobs_split_the_cores():

@@ -1,0 +1,186 @@
+"""results/reproduction.md: every target's published numbers beside ours.
+
+`collect()` gathers the figure table of every target whose runs exist (the ones just run,
+the others redrawn from MLflow), `compare()` evaluates a target's Published rows on its
+table, `render()` writes the markdown: per target, label, published value, ours, error
+(relative % or absolute), tolerance, within yes/no, calibration or validation, and whether
+the numbers are simulated (cost model, on which hardware profile) or measured (where).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from powerbench.reproduce.run import Outcome
+from powerbench.reproduce.target import Published, Target
+
+
+@dataclass(frozen=True)
+class Comparison:
+    published: Published
+    ours: float
+
+    @property
+    def error(self) -> float:
+        return self.published.error(self.ours) if math.isfinite(self.ours) else math.nan
+
+    @property
+    def within(self) -> bool:
+        return math.isfinite(self.ours) and self.published.within(self.ours)
+
+
+@dataclass
+class TargetResult:
+    target: Target
+    table: pd.DataFrame | None = None  # the figure's table (None: it failed)
+    csv: Path | None = None
+    png: Path | None = None
+    ran: Outcome | None = None  # this invocation's run of the target
+    error: str | None = None
+    comparisons: list[Comparison] = field(default_factory=list)
+
+
+def compare(target: Target, table: pd.DataFrame) -> list[Comparison]:
+    """Each Published row with our number read from `table` (NaN where it cannot be)."""
+    out = []
+    for published in target.published:
+        try:
+            ours = float(published.ours(table))
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+            ours = math.nan
+        out.append(Comparison(published, ours))
+    return out
+
+
+def collect(targets: Iterable[Target], outcomes: Mapping[str, Outcome], tracking_uri: str,
+            out_dir: Path) -> list[TargetResult]:
+    """A result for every target just run and every other whose runs exist in MLflow."""
+    results = []
+    for target in targets:
+        ran = outcomes.get(target.name)
+        result = TargetResult(target, ran=ran)
+        if ran is not None and ran.ok:
+            output = ran.output
+        else:
+            try:
+                output = target.figure(tracking_uri=tracking_uri, out_dir=out_dir)
+            except LookupError:  # no runs of it: not in the report (unless it just failed)
+                output = None
+            except Exception as err:  # noqa: BLE001 - one broken figure must not hide the rest
+                output, result.error = None, f"figure failed: {type(err).__name__}: {err}"
+        if ran is not None and not ran.ok:
+            result.error = ran.error
+        if output is None and result.error is None:
+            continue
+        if output is not None:
+            result.table, result.csv, result.png = output.table, output.csv, output.png
+            result.comparisons = compare(target, output.table)
+        results.append(result)
+    return results
+
+
+def _number(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:.4g}"
+
+
+def _error(c: Comparison) -> str:
+    if not math.isfinite(c.error):
+        return "n/a"
+    return f"{c.error:+.3g}" if c.published.absolute else f"{100 * c.error:+.1f}%"
+
+
+def _tolerance(p: Published) -> str:
+    return f"±{p.tolerance:g}" if p.absolute else f"±{100 * p.tolerance:g}%"
+
+
+def _hardware_description(name: str) -> str:
+    try:
+        from powerbench.config import group_config
+
+        return f"{name} ({group_config('hardware', name).description})"
+    except Exception:  # noqa: BLE001 - an unknown profile is still named
+        return name
+
+
+def provenance(result: TargetResult) -> str:
+    """'SIMULATED by the cost model on <profile>' or 'MEASURED on <this machine>'."""
+    table = result.table
+    if result.target.simulated:
+        names = (sorted(str(h) for h in table["hardware"].dropna().unique())
+                 if table is not None and "hardware" in table.columns else [])
+        where = "; ".join(_hardware_description(n) for n in names) or "a hardware profile"
+        return f"SIMULATED by the cost model on {where}"
+    from powerbench.tracking.provenance import machine_tags
+
+    tags = machine_tags()
+    return (f"MEASURED on this machine ({tags.get('host_cpu', 'CPU unknown')}, "
+            f"GPU: {tags.get('host_gpu', 'unknown')})")
+
+
+def _section(result: TargetResult) -> list[str]:
+    target = result.target
+    how = (f"`--multirun experiment={target.experiment}`" if target.experiment
+           else f"`powerbench {' '.join(target.command)}`")
+    lines = [f"## {target.name}: {target.title}", "", f"- {provenance(result)}; {how}"]
+    if result.ran is not None:
+        kind = "the reduced `--quick` sweep" if _quick(result) else "the full sweep"
+        lines.append(f"- ran now ({kind}) in {result.ran.seconds:.0f} s")
+    if result.table is not None:
+        lines.append(f"- table rows: {len(result.table)}: [{result.csv.name}]({result.csv.name}),"
+                     f" [{result.png.name}]({result.png.name})")
+    if result.error:
+        lines.append(f"- **FAILED**: {result.error.splitlines()[0]}")
+    if result.comparisons:
+        lines += ["", "| published number | paper | ours | error | tolerance | within | kind |"
+                  " source |", "|---|---|---|---|---|---|---|---|"]
+        for c in result.comparisons:
+            p = c.published
+            lines.append(f"| {p.label} | {p.value:g} | {_number(c.ours)} | {_error(c)} | "
+                         f"{_tolerance(p)} | {'yes' if c.within else 'no'} | "
+                         f"{'calibration' if p.calibration else 'validation'} | {p.source} |")
+    elif result.table is not None:
+        lines += ["", "No published numbers are compared for this target."]
+    return [*lines, ""]
+
+
+def _quick(result: TargetResult) -> bool:
+    return result.ran is not None and result.ran.quick
+
+
+def render(results: list[TargetResult], command: str, tracking_uri: str,
+           now: datetime | None = None) -> str:
+    """The markdown report."""
+    date = (now or datetime.now()).strftime("%Y-%m-%d %H:%M")
+    within = sum(c.within for r in results for c in r.comparisons)
+    total = sum(len(r.comparisons) for r in results)
+    lines = [
+        "# PowerInfer reproduction: published numbers vs ours", "",
+        f"Generated by `{command}` on {date} from the MLflow store `{tracking_uri}`.",
+        "SIMULATED numbers come from powerbench's cost model (powerbench.simulator) on a "
+        "hardware profile of the paper's machines, not from running on that hardware; "
+        "MEASURED numbers were taken on the machine named. Calibration rows are issue 15's "
+        "headline numbers the simulator may be calibrated against; validation rows are not.",
+        "", f"{within} of {total} published numbers within tolerance.", "",
+        "| target | status | within tolerance |", "|---|---|---|",
+    ]
+    for r in results:
+        status = "failed" if r.error else ("quick" if _quick(r) else "ok")
+        ok = sum(c.within for c in r.comparisons)
+        lines.append(f"| {r.target.name} | {status} | {ok} of {len(r.comparisons)} |")
+    lines.append("")
+    for r in results:
+        lines += _section(r)
+    return "\n".join(lines)
+
+
+def write_report(path: Path, results: list[TargetResult], command: str, tracking_uri: str
+                 ) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(results, command, tracking_uri))
+    return path

@@ -1,0 +1,88 @@
+"""`powerbench reproduce fig10 [fig12 ...] | all | --list | --quick NAME`: paper targets.
+
+Each named target runs (its sweep or command in a child powerbench, powerbench.reproduce.run)
+and its figure is written to <out_dir>/<name>.csv/.png as soon as its runs exist; then
+<out_dir>/reproduction.md is regenerated from every target whose runs exist. A failing
+target does not stop the others; the task exits non-zero at the end naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from powerbench.config import PowerbenchConfig
+from powerbench.paths import results_dir
+from powerbench.reproduce import TARGETS, Target
+from powerbench.reproduce.report import collect, write_report
+from powerbench.reproduce.run import Outcome, RunOptions, run_target
+from powerbench.tasks.config import ReproduceTask
+from powerbench.tracking import resolve_uri
+
+ALL = "all"
+
+
+def select(names: list[str]) -> list[Target]:
+    """Targets by name (`all`: every one, in registry order); SystemExit listing the valid
+    names for an unknown one or none."""
+    unknown = [n for n in names if n != ALL and n not in TARGETS]
+    if unknown or not names:
+        what = f"unknown target(s) {unknown}" if unknown else "no target named"
+        raise SystemExit(f"powerbench reproduce: {what}; choose from {sorted(TARGETS)} or "
+                         f"'{ALL}' (powerbench reproduce --list describes them)")
+    if ALL in names:
+        return list(TARGETS.values())
+    return [TARGETS[n] for n in dict.fromkeys(names)]
+
+
+def listing() -> str:
+    """One line per target: name, title, simulated/measured, what runs, published rows."""
+    rows = [("name", "kind", "runs", "published", "title")]
+    for t in TARGETS.values():
+        runs = f"experiment={t.experiment}" if t.experiment else " ".join(t.command)
+        if len(t.sweeps) > 1:
+            runs += f" ({len(t.sweeps)} sweeps)"
+        rows.append((t.name, "simulated" if t.simulated else "measured", runs,
+                     str(len(t.published)), t.title))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)),
+                                r[4]]) for r in rows)
+
+
+def command_line(task: ReproduceTask) -> str:
+    return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
+                     *task.targets])
+
+
+def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
+    if task.list:
+        print(listing())
+        return []
+    targets = select(task.targets)
+    opts = RunOptions(tracking_uri=resolve_uri(cfg.tracking.uri),
+                      out_dir=Path(task.out_dir) if task.out_dir else results_dir(),
+                      work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
+                      quick=task.quick, rerun=cfg.rerun)
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    outcomes = {}
+    for target in targets:
+        outcome = run_target(target, opts)
+        outcomes[target.name] = outcome
+        if outcome.ok:
+            print(f"{target.name}: {outcome.seconds:.0f} s -> {outcome.output.csv}, "
+                  f"{outcome.output.png}", flush=True)
+        else:
+            print(f"{target.name}: FAILED after {outcome.seconds:.0f} s: {outcome.error}",
+                  flush=True)
+    results = collect(TARGETS.values(), outcomes, opts.tracking_uri, opts.out_dir)
+    report = write_report(opts.out_dir / "reproduction.md", results, command_line(task),
+                          opts.tracking_uri)
+    print(f"\n{report}")
+    for result in results:
+        for c in result.comparisons:
+            print(f"  {result.target.name}: {c.published.label}: paper {c.published.value:g}, "
+                  f"ours {c.ours:.4g} ({'within' if c.within else 'OUTSIDE'} tolerance)")
+    failed = [o.name for o in outcomes.values() if not o.ok]
+    if failed:
+        raise SystemExit(f"powerbench reproduce: {len(failed)} of {len(outcomes)} target(s) "
+                         f"failed: {failed} (logs under {out_dir})")
+    return list(outcomes.values())
