@@ -20,11 +20,11 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
     "model": ("powerbench.model.config",),
     "dataset": ("powerbench.dataset.config",),
     "engine": ("powerbench.engine.config",),
-    "simulator": ("powerbench.simulator.config",),
+    "simulator": ("powerbench.simulator.config", "powerbench.simulator.phone_config"),
     "task": ("powerbench.tasks.config",),
     "tracking": ("powerbench.tracking.config",),
     "hardware": ("powerbench.hardware.config",),
-    "solver": ("powerbench.solver.config",),
+    "solver": ("powerbench.solver.config", "powerbench.solver.pi2_config"),
     "predictor": ("powerbench.predictor.config",),
 }
 

@@ -1,0 +1,148 @@
+"""The flash tier of a phone: which FFN neurons a decode token must read from flash, and
+how long the reads take.
+
+A FlashPlan (made by the offline planner, powerbench.solver.pi2_planner) says what of the
+FFN stays in DRAM:
+
+    segmented   PowerInfer-2 / LLM-in-a-Flash: clusters of `cluster_neurons` neurons; a
+                pinned hot set per layer and an LRU share per layer (the policy of the
+                measured engine, powerbench.flash.cache.SegmentedNeuronCache, is replayed
+                here on the profile's per-token traces). A token reads the clusters of its
+                computed neurons that are not resident, one read per cluster and matrix
+                group (`reads_per_neuron`: 1 = gate, up and down bundled; 3 = separate).
+    mmap        llama.cpp: the weights are mmap-ed; a fixed part is resident (page cache)
+                and every token pages in the bytes of its computed neurons that are not,
+                as sequential reads of `block_bytes` (readahead).
+
+`replay` gives per decode step and layer the reads and bytes (FlashTraffic);
+`flash_seconds` turns them into read time with powerbench.simulator.flash_io.FlashRates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from powerbench.flash.cache import SegmentedNeuronCache, SegmentPlan
+from powerbench.simulator.flash_io import FlashRates
+
+
+class FlashPolicy(StrEnum):
+    segmented = "segmented"
+    mmap = "mmap"
+
+
+@dataclass(frozen=True)
+class FlashPlan:
+    """What of the FFN is resident in DRAM and how the rest is laid out in flash."""
+
+    policy: FlashPolicy
+    cluster_neurons: int  # neurons per cluster (the caching and read unit)
+    segments: SegmentPlan  # hot cluster ids per layer + LRU slots per layer
+    neuron_bytes: float  # all matrices of one neuron (gate + up + down)
+    reads_per_neuron: int = 1  # 1: bundled; else one read per matrix group
+    block_bytes: float = 128 * 1024.0  # mmap: bytes per (readahead) read
+    io_core: str = "big"  # class of the core(s) issuing the reads
+    io_cores: int = 1  # cores issuing reads at once (one UFS command queue)
+    warm_tokens: int = 64  # trace tokens replayed before the measured steps (not counted)
+
+    @property
+    def cluster_bytes(self) -> float:
+        return self.cluster_neurons * self.neuron_bytes
+
+    def resident_mask(self, layer: int, n_neurons: int) -> np.ndarray:
+        """bool [n_neurons]: neurons pinned in DRAM (hot clusters / mmap resident part)."""
+        units = np.zeros(-(-n_neurons // self.cluster_neurons), dtype=bool)
+        units[self.segments.hot[layer]] = True
+        return np.repeat(units, self.cluster_neurons)[:n_neurons]
+
+
+@dataclass
+class FlashTraffic:
+    """Per decode step and layer ([steps, layers]): clusters looked up, hits per segment,
+    reads issued and bytes read from flash."""
+
+    lookups: np.ndarray
+    hot_hits: np.ndarray
+    lru_hits: np.ndarray
+    reads: np.ndarray
+    bytes: np.ndarray
+    notes: list[str] = field(default_factory=list)
+
+    def hit_rates(self) -> dict[str, float]:
+        total = float(self.lookups.sum())
+        if total <= 0:
+            return {"hit": 1.0, "hot": 0.0, "lru": 0.0}
+        hot, lru = float(self.hot_hits.sum()) / total, float(self.lru_hits.sum()) / total
+        return {"hit": hot + lru, "hot": hot, "lru": lru}
+
+
+def _cluster_ids(mask: np.ndarray, cluster: int) -> np.ndarray:
+    return np.unique(np.flatnonzero(mask) // cluster)
+
+
+def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray] | None = None,
+           frequencies: list[np.ndarray] | None = None) -> FlashTraffic:
+    """Replay per-step computed-neuron masks (per layer: bool [steps, neurons]) through the
+    plan. `warm`: per layer bool [tokens, neurons] replayed first, uncounted. `frequencies`
+    (per layer, per neuron): the LRU starts filled with the hottest non-pinned clusters
+    (steady state), as the measured engine's warm start does."""
+    n_layers = len(layer_masks)
+    steps = layer_masks[0].shape[0] if n_layers else 0
+    shape = (steps, n_layers)
+    out = FlashTraffic(*(np.zeros(shape) for _ in range(5)))
+    if plan.policy is FlashPolicy.mmap:
+        for i, masks in enumerate(layer_masks):
+            resident = plan.resident_mask(i, masks.shape[1])
+            missing = (masks & ~resident).sum(axis=1).astype(np.float64)
+            out.lookups[:, i] = masks.sum(axis=1)
+            out.hot_hits[:, i] = out.lookups[:, i] - missing
+            out.bytes[:, i] = missing * plan.neuron_bytes
+            out.reads[:, i] = np.ceil(out.bytes[:, i] / plan.block_bytes)
+        return out
+    n_units = -(-layer_masks[0].shape[1] // plan.cluster_neurons) if n_layers else 0
+    cache = SegmentedNeuronCache(plan.segments, n_units)
+    for i in range(n_layers):
+        if frequencies is not None and plan.segments.lru[i]:
+            f = np.asarray(frequencies[i], dtype=np.float64)
+            pad = n_units * plan.cluster_neurons - f.size
+            per_unit = np.pad(f, (0, pad)).reshape(n_units, plan.cluster_neurons).sum(axis=1)
+            cache.preload(i, np.argsort(-per_unit, kind="stable"))
+        for token in (warm[i] if warm is not None else ()):
+            cache.access(i, _cluster_ids(token, plan.cluster_neurons))
+    for s in range(steps):
+        for i in range(n_layers):
+            units = _cluster_ids(layer_masks[i][s], plan.cluster_neurons)
+            look = cache.lookup(i, units, count=False)
+            cache.admit(i, units[look.miss_pos], count=False)
+            lru = int((look.hit_slots >= cache.n_hot).sum())
+            out.lookups[s, i] = units.size
+            out.lru_hits[s, i] = lru
+            out.hot_hits[s, i] = look.n_hits - lru
+            misses = units.size - look.n_hits
+            out.reads[s, i] = misses * plan.reads_per_neuron
+            out.bytes[s, i] = misses * plan.cluster_bytes
+    return out
+
+
+def flash_seconds(plan: FlashPlan, traffic: FlashTraffic, rates: FlashRates) -> np.ndarray:
+    """[steps, layers] seconds reading from flash: random reads of one cluster's matrix
+    group each (segmented), or sequential readahead blocks (mmap); one command queue."""
+    if plan.policy is FlashPolicy.mmap:
+        return traffic.bytes / rates.bandwidth(plan.block_bytes, random=False,
+                                               core=plan.io_core, issuers=plan.io_cores)
+    block = plan.cluster_bytes / plan.reads_per_neuron
+    return rates.read_time(traffic.reads, block, random=True, core=plan.io_core,
+                           issuers=plan.io_cores)
+
+
+def first_read_seconds(plan: FlashPlan, rates: FlashRates) -> float:
+    """One read's latency: what an I/O-compute pipeline cannot hide per layer (the first
+    cluster must arrive before its computation starts)."""
+    if plan.policy is FlashPolicy.mmap:
+        return float(plan.block_bytes / rates.bandwidth(plan.block_bytes, random=False,
+                                                        core=plan.io_core))
+    block = plan.cluster_bytes / plan.reads_per_neuron
+    return float(rates.read_time(plan.reads_per_neuron, block, core=plan.io_core))

@@ -1,0 +1,213 @@
+"""`simulator=phone`: the cost model on a phone, with the FFN partly in flash.
+
+    decode   the per-token cost model (powerbench.simulator.cost) on the CPU clusters the
+             plan assigns (PhonePlacement.cores: their sustained FLOP/s, CPU-only DRAM
+             bandwidth); per layer, the flash reads of the computed neurons that are not
+             resident (flash_tier.replay on the profile's per-token traces through the
+             plan's cache policy; MoE: only routed experts' neurons are computed, so only
+             they are read). FFN time per layer:
+                 pipeline      max(compute, reads) + one read's latency
+                 no pipeline   compute + reads
+    prefill  one dense pass of P x B rows on `prefill_unit`:
+                 t_layer = max(FLOPs / rate, DRAM bytes / unit bandwidth,
+                               flash bytes / sequential 512 KB flash bandwidth,
+                               (DRAM + flash bytes) / CPU+NPU DRAM bandwidth  [npu only])
+             npu: rate = peak int8 TOPS x npu_efficiency, NPU-only DRAM bandwidth, one graph
+             launch per layer; cpu: every core's sustained FLOP/s, CPU-only bandwidth. The
+             flash bytes are the computed neurons' non-resident share (resident_ffn_share).
+MoE: predictors are per expert; a token runs (and reads) those of its routed experts only.
+A placement without a flash plan (everything in DRAM) is simulated the same way, with no
+reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/phone.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.hardware.load import load_hardware
+from powerbench.model.spec import ModelSpec
+from powerbench.profiling.activation_profile import ActivationProfile
+from powerbench.simulator.config import ComputeMode
+from powerbench.simulator.cost import CostModel, PassCosts, PassShape
+from powerbench.simulator.flash_io import LARGE_BLOCK, FlashRates
+from powerbench.simulator.flash_tier import (
+    FlashPlan,
+    FlashPolicy,
+    FlashTraffic,
+    first_read_seconds,
+    flash_seconds,
+    replay,
+)
+from powerbench.simulator.phone_config import PhoneSimConfig, PrefillUnit
+from powerbench.simulator.rates import CPU, _unit_flops
+from powerbench.simulator.result import SimResult, breakdown_frame
+from powerbench.simulator.simulate import _work, bench_lengths, predictor_inputs
+from powerbench.simulator.workload import _moe_routed, token_groups
+from powerbench.solver.placement import Placement
+
+
+def computed_masks(spec: ModelSpec, profile: ActivationProfile, mode: ComputeMode,
+                   groups: np.ndarray) -> list[np.ndarray]:
+    """Per layer bool [passes, neurons]: neurons a pass computes (sparse: the union of its
+    rows' active neurons; dense: every neuron, MoE: every neuron of the routed experts)."""
+    out = []
+    for layer in profile.layers:
+        masks = layer.trace_masks()
+        if masks is None:
+            raise ValueError("the flash tier replays per-token traces: the profile has none")
+        union = masks[groups].any(axis=1)
+        if mode is ComputeMode.dense:
+            union = (_moe_routed(union, spec.n_experts) if spec.n_experts > 1
+                     else np.ones_like(union))
+        out.append(union)
+    return out
+
+
+def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
+                 mode: ComputeMode, batch: int, n_steps: int, offset: int,
+                 rates: FlashRates, ratio: np.ndarray) -> tuple[FlashTraffic, np.ndarray]:
+    """(traffic, read seconds [steps, layers]) of the decode steps; reads of predicted
+    false positives are charged by scaling with the predicted / true ratio (sparse)."""
+    trace = profile.trace_tokens
+    groups = token_groups(trace, batch, n_steps, offset)
+    masks = computed_masks(spec, profile, mode, groups)
+    warm_n = min(plan.warm_tokens, offset, trace)
+    warm = None
+    if warm_n > 0:
+        warm_groups = token_groups(trace, 1, warm_n, offset - warm_n)
+        warm = [m[:, 0] for m in (computed_masks(spec, profile, mode, warm_groups))]
+    freq = [layer.frequency for layer in profile.layers]
+    traffic = replay(plan, masks, warm, freq)
+    seconds = flash_seconds(plan, traffic, rates)
+    if mode is ComputeMode.sparse:
+        seconds = seconds * np.maximum(ratio, 1.0)[None, :]
+        traffic.bytes = traffic.bytes * np.maximum(ratio, 1.0)[None, :]
+    return traffic, seconds
+
+
+def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
+                  placement: Placement, computed: np.ndarray, shape: PassShape,
+                  rates: FlashRates | None, plan: FlashPlan | None) -> PassCosts:
+    """Dense prompt pass on the NPU or the CPU (module docstring). computed: [layers]."""
+    spec = model.spec
+    npu = cfg.prefill_unit is PrefillUnit.npu
+    if npu and hw.gpu is None:
+        raise ValueError(f"simulator.prefill_unit=npu but {hw.name!r} has no accelerator")
+    if npu:
+        rate = float(hw.gpu.peak_int8_ops or _unit_flops(hw.gpu)) * cfg.npu_efficiency
+        bw = hw.bandwidth(hw.gpu)
+    else:
+        rate, bw = _unit_flops(hw.cpu), hw.bandwidth(hw.cpu)
+    both = hw.memory_of(hw.cpu).extra.get("both_gb_s")
+    both_bw = both * 1e9 if both else hw.memory_of(hw.cpu).effective_bw
+    resident = getattr(placement, "resident_ffn_share", 1.0)
+    flash_bw = np.inf
+    if plan is not None and rates is not None:
+        block = plan.block_bytes if plan.policy is FlashPolicy.mmap else LARGE_BLOCK
+        flash_bw = rates.bandwidth(block, random=False, core=plan.io_core)
+    rows = shape.rows
+    flops = (2.0 * spec.attn_params_per_layer * rows
+             + 4.0 * spec.n_heads * spec.head_dim * shape.score_pairs
+             + 2.0 * spec.params_per_neuron * computed * rows)
+    ffn_bytes = computed * model.neuron_bytes
+    dram = (model.attn_bytes + ffn_bytes * resident
+            + 2 * shape.kv_tokens * model.kv_token_bytes)  # K, V written and read
+    from_flash = ffn_bytes * (1.0 - resident) if plan is not None else 0.0 * ffn_bytes
+    t = np.maximum.reduce([np.broadcast_to(flops / rate, computed.shape),
+                           dram / bw, from_flash / flash_bw,
+                           (dram + from_flash) / both_bw if npu else 0.0 * dram])
+    unit = "npu" if npu else CPU
+    layer = {f"prefill_layer@{unit}": t[None, :],
+             "launch": np.full((1, spec.n_layers), hw.launch_s if npu else 0.0)}
+    head = 2.0 * spec.vocab_size * spec.d_model * shape.out_rows
+    token = {f"lm_head@{unit}": np.array([max(head / rate, model.lm_head_bytes / bw)])}
+    return PassCosts(layer=layer, token=token,
+                     bytes_read={CPU: np.array([float(dram.sum() + from_flash.sum())])})
+
+
+def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: ActivationProfile,
+                   placement: Placement, hardware: HardwareProfile | Any,
+                   predictors: Any | None = None, bench: Any | None = None) -> SimResult:
+    cfg = cfg if cfg is not None else PhoneSimConfig()
+    hw = load_hardware(hardware)
+    prompt, new, batch = bench_lengths(bench)
+    sparse = cfg.mode is ComputeMode.sparse
+    pred_bytes, ratio, pred_source = predictor_inputs(cfg, spec, placement, predictors)
+    model = CostModel(spec, placement, hw, cfg, pred_bytes if sparse else None)
+    if sparse and spec.n_experts > 1:  # MoE: per-expert predictors, only the routed run
+        model.predictor_bytes = model.predictor_bytes * spec.experts_per_token / spec.n_experts
+    cores = getattr(placement, "cores", None)
+    if cores is not None:  # decode on the plan's CPU clusters
+        model.dev[CPU] = replace(model.dev[CPU], flops=cores.compute_flops)
+    plan: FlashPlan | None = getattr(placement, "flash", None)
+    rates = FlashRates.from_hardware(hw) if plan is not None else None
+    notes = [f"simulated {cfg.mode.value} compute of {spec.name} ({placement.weight_dtype}) "
+             f"planned by {placement.solver} on {hw.name}; FFN "
+             f"{'partly in flash (' + plan.policy.value + ')' if plan else 'all in DRAM'}; "
+             f"prefill on the {cfg.prefill_unit.value}; pipeline {cfg.pipeline}; "
+             f"predictors from {pred_source}"]
+
+    rows = prompt * batch
+    pre_work, n1 = _work(spec, profile, placement, ComputeMode.dense, rows, 1,
+                         cfg.trace_offset, ratio)
+    pre = prefill_costs(cfg, model, hw, placement, pre_work.cpu_computed[0] +
+                        pre_work.gpu_computed[0], PassShape.prefill(prompt, batch), rates, plan)
+    prefill_s = float(pre.total.sum())
+    metrics: dict[str, float] = {
+        "sim_prefill_tokens_per_s": rows / prefill_s, "sim_prefill_ms": prefill_s * 1e3,
+        "sim_prefill_npu": float(cfg.prefill_unit is PrefillUnit.npu),
+        "sim_flash_resident_ffn_share": float(getattr(placement, "resident_ffn_share", 1.0)),
+    }
+    frames = [breakdown_frame("prefill", pre)]
+    notes += n1
+    n_steps = new - 1
+    decode_s = 0.0
+    steps = pd.DataFrame()
+    if n_steps > 0:
+        offset = cfg.trace_offset + rows
+        work, n2 = _work(spec, profile, placement, cfg.mode, batch, n_steps, offset, ratio)
+        notes += n2
+        context = prompt + np.arange(1, n_steps + 1)
+        dec = model.forward(work, PassShape.decode(context, batch))
+        io = np.zeros_like(dec.layer["ffn"])
+        if plan is not None:
+            traffic, io = decode_flash(plan, spec, profile, cfg.mode, batch, n_steps, offset,
+                                       rates, ratio)
+            hits = traffic.hit_rates()
+            metrics |= {"sim_flash_bytes_per_token": float(traffic.bytes.sum(axis=1).mean()
+                                                            / batch),
+                        "sim_flash_reads_per_token": float(traffic.reads.sum(axis=1).mean()
+                                                            / batch),
+                        "sim_flash_hit_rate": hits["hit"], "sim_flash_hit_rate_hot": hits["hot"],
+                        "sim_flash_hit_rate_lru": hits["lru"]}
+        ffn = dec.layer["ffn"]
+        if cfg.pipeline:
+            first = first_read_seconds(plan, rates) if plan is not None else 0.0
+            eff = np.maximum(ffn, io) + np.where(io > 0, first, 0.0)
+        else:
+            eff = ffn + io
+        dec.layer["flash_wait"] = eff - ffn
+        dec.busy["flash_io"] = io
+        step_s = dec.total
+        decode_s = float(step_s.sum())
+        frames.append(breakdown_frame("decode", dec))
+        steps = pd.DataFrame({"step": np.arange(1, n_steps + 1), "context": context,
+                              "seconds": step_s, "flash_s": io.sum(axis=1),
+                              "ffn_compute_s": ffn.sum(axis=1)})
+        metrics |= {
+            "sim_decode_tokens_per_s": n_steps * batch / decode_s,
+            "sim_decode_ms": decode_s * 1e3,
+            "sim_decode_latency_ms_p50": float(np.percentile(step_s, 50) * 1e3),
+            "sim_decode_latency_ms_p90": float(np.percentile(step_s, 90) * 1e3),
+            "sim_flash_ms_per_token": float(io.sum(axis=1).mean() * 1e3),
+            "sim_flash_io_bound_share": float((io > ffn).mean()),
+            "sim_cpu_bytes_per_step": float(dec.bytes_read[CPU].mean()),
+        }
+    metrics["sim_end_to_end_tokens_per_s"] = new * batch / (prefill_s + decode_s)
+    return SimResult(metrics=metrics, breakdown=pd.concat(frames, ignore_index=True),
+                     steps=steps, notes=notes)

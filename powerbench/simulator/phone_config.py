@@ -1,0 +1,42 @@
+"""Typed schema of `simulator=phone` (schema/simulator/phone): the cost model plus a
+phone's flash tier and NPU prefill (powerbench.simulator.phone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from powerbench.schema import coerce_enums
+from powerbench.simulator.config import SimulatorConfig
+
+
+class PrefillUnit(StrEnum):
+    """npu: the prompt runs densely on the NPU (int8, NPU-only DRAM bandwidth), the CPU
+    streams flash-resident weights in (both units together: the shared DRAM bandwidth);
+    cpu: the prompt runs densely on the CPU cores (CPU-only bandwidth)."""
+
+    npu = "npu"
+    cpu = "cpu"
+
+
+@dataclass
+class PhoneSimConfig(SimulatorConfig):
+    _target_: str = "powerbench.simulator.phone.simulate_phone"
+    name: str = "phone"
+    # I/O-compute pipeline: a layer's FFN takes max(compute, flash reads) + one read's
+    # latency; off: compute + reads (LLM-in-a-Flash, llama.cpp's page faults)
+    pipeline: bool = True
+    prefill_unit: PrefillUnit = PrefillUnit.npu
+    # sustained share of the NPU's peak int8 TOPS in dense prefill (conf/simulator/phone.yaml
+    # gives its source)
+    npu_efficiency: float = 0.25
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        coerce_enums(self)
+        if not 0.0 < self.npu_efficiency <= 1.0:
+            raise ValueError(f"simulator.npu_efficiency must be in (0, 1], got "
+                             f"{self.npu_efficiency}")
+
+
+SCHEMAS = {"phone": PhoneSimConfig}
