@@ -1,0 +1,109 @@
+"""The phone flash tier on hand-made traces: pinned hits are free, cold misses cost reads,
+LRU behaviour, bundling (1 read vs 3), the single command queue, MoE routing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from powerbench.flash.cache import SegmentPlan
+from powerbench.simulator.config import ComputeMode
+from powerbench.simulator.flash_io import KB, FlashRates
+from powerbench.simulator.flash_tier import (
+    FlashPlan,
+    FlashPolicy,
+    flash_seconds,
+    replay,
+)
+from powerbench.simulator.phone import computed_masks
+from tests.simulator.factories import make_profile, make_spec
+
+RATES = FlashRates(seq_4k=0.45e9, seq_512k=4e9, rand_512k=3.5e9,
+                   rand_4k_core={"big": 1.076e9, "mid": 1.008e9, "little": 0.762e9},
+                   concurrent_issue_loss=0.4)
+
+
+def plan(hot: list[int], lru: int, reads: int = 1, issuers: int = 1) -> FlashPlan:
+    seg = SegmentPlan(hot=(np.array(hot, dtype=np.int64),), lru=(lru,))
+    return FlashPlan(FlashPolicy.segmented, 1, seg, neuron_bytes=6 * KB,
+                     reads_per_neuron=reads, io_cores=issuers)
+
+
+def steps(*active: list[int], n: int = 8) -> list[np.ndarray]:
+    m = np.zeros((len(active), n), dtype=bool)
+    for s, ids in enumerate(active):
+        m[s, ids] = True
+    return [m]
+
+
+def test_pinned_hits_cost_nothing_cold_misses_cost_reads():
+    t = replay(plan(hot=[0, 1], lru=0), steps([0, 1], [0, 1, 5]))
+    assert t.bytes[:, 0].tolist() == [0.0, 6 * KB]
+    assert t.reads[:, 0].tolist() == [0.0, 1.0]
+    assert t.hot_hits.sum() == 4 and t.lru_hits.sum() == 0
+    assert flash_seconds(plan([0, 1], 0), t, RATES)[0, 0] == 0.0
+
+
+def test_lru_keeps_recent_and_evicts_least_recently_used():
+    # two LRU slots: 2, 3 cached; 2 touched again; 4 evicts 3 (least recent); 3 misses again
+    t = replay(plan(hot=[], lru=2), steps([2], [3], [2], [4], [2], [3]))
+    assert t.reads[:, 0].tolist() == [1, 1, 0, 1, 0, 1]
+    assert t.lru_hits[:, 0].tolist() == [0, 0, 1, 0, 1, 0]
+
+
+def test_bundling_one_read_vs_three():
+    trace = steps([3, 4])
+    one = replay(plan([], 0, reads=1), trace)
+    three = replay(plan([], 0, reads=3), trace)
+    assert one.reads.sum() == 2 and three.reads.sum() == 6
+    assert one.bytes.sum() == three.bytes.sum()  # the same bytes ...
+    t1 = flash_seconds(plan([], 0, reads=1), one, RATES).sum()
+    t3 = flash_seconds(plan([], 0, reads=3), three, RATES).sum()
+    # ... but 2 KB reads cost a whole 4 KB read each: 3 x 4 KB / 1.076 vs 6 KB at > 1.076
+    assert t3 == pytest.approx(6 * 4 * KB / 1.076e9)
+    assert t1 < t3 / 2
+
+
+def test_single_queue_loses_bandwidth_with_several_issuers():
+    assert RATES.queue_factor(1) == 1.0
+    assert RATES.queue_factor(2) == pytest.approx(0.8)
+    assert RATES.queue_factor(1000) == pytest.approx(0.6, abs=1e-3)  # up to 40% lost
+    t = replay(plan([], 0), steps([1, 2, 3]))
+    solo = flash_seconds(plan([], 0, issuers=1), t, RATES).sum()
+    four = flash_seconds(plan([], 0, issuers=4), t, RATES).sum()
+    assert four == pytest.approx(solo / 0.7)
+
+
+def test_bandwidth_by_block_size_and_core():
+    assert RATES.bandwidth(4 * KB, core="little") == pytest.approx(0.762e9)
+    assert RATES.bandwidth(512 * KB) == pytest.approx(3.5e9)
+    assert RATES.bandwidth(2048 * KB, random=False) == pytest.approx(4e9)
+    assert RATES.bandwidth(4 * KB) < RATES.bandwidth(64 * KB) < RATES.bandwidth(512 * KB)
+    with pytest.raises(ValueError, match="core class"):
+        RATES.bandwidth(4 * KB, core="huge")
+
+
+def test_mmap_reads_every_non_resident_neuron_each_token():
+    seg = SegmentPlan(hot=(np.arange(4),), lru=(0,))
+    p = FlashPlan(FlashPolicy.mmap, 1, seg, neuron_bytes=6 * KB, block_bytes=128 * KB)
+    dense = np.ones((3, 8), dtype=bool)
+    t = replay(p, [dense])
+    assert t.bytes[:, 0].tolist() == [4 * 6 * KB] * 3
+
+
+def test_moe_dense_computes_and_reads_only_routed_experts():
+    spec = make_spec(d_ffn=4)
+    spec = type(spec)(**{**vars(spec), "n_experts": 2, "experts_per_token": 1})
+    masks = np.zeros((2, 8), dtype=bool)
+    masks[0, 1] = True  # token 0 routed to expert 0
+    masks[1, 6] = True  # token 1 routed to expert 1
+    profile = make_profile(spec, [masks])
+    groups = np.array([[0], [1]])
+    dense = computed_masks(spec, profile, ComputeMode.dense, groups)[0]
+    assert dense[0].tolist() == [True] * 4 + [False] * 4
+    assert dense[1].tolist() == [False] * 4 + [True] * 4
+    sparse = computed_masks(spec, profile, ComputeMode.sparse, groups)[0]
+    assert sparse.sum() == 2
+    t = replay(FlashPlan(FlashPolicy.mmap, 1, SegmentPlan((np.arange(0),), (0,)), 6 * KB),
+               [dense])
+    assert t.bytes[:, 0].tolist() == [4 * 6 * KB, 4 * 6 * KB]  # one expert each, not both

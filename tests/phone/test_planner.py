@@ -1,0 +1,61 @@
+"""solver=pi2_planner: the DRAM budget is respected, an infeasible budget fails naming the
+budget and the shortfall, the decisions are recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from powerbench.config import group_config
+from powerbench.hardware import load_hardware
+from powerbench.model.loading import spec_from_config
+from powerbench.profiling.synthetic import synthetic_profile
+from powerbench.solver import PlacementInfeasibleError, solve
+
+
+@pytest.fixture(scope="module")
+def bamboo():
+    spec = spec_from_config(group_config("model", "bamboo_7b"))
+    return spec, synthetic_profile(spec, trace_tokens=8), load_hardware(
+        group_config("hardware", "oneplus12"))
+
+
+@pytest.mark.parametrize("strategy", ["powerinfer2", "llmflash", "mmap"])
+@pytest.mark.parametrize("budget", [4.5, 5.5])
+def test_planner_respects_the_dram_budget(bamboo, strategy, budget):
+    spec, profile, hw = bamboo
+    cfg = group_config("solver", "pi2_planner", strategy=strategy, dram_budget_gb=budget,
+                       cluster_candidates=[1, 4])
+    p = solve(cfg, spec, profile, hw, weight_dtype="int4", context=192)
+    assert p.cpu.total + p.gpu.total <= budget * 1e9 + 1.0
+    assert p.flash is not None and 0.0 < p.resident_ffn_share < 1.0
+    assert p.stats.extra["strategy"] == strategy and "flash" in p.stats.extra
+    metrics = p.metrics(profile)
+    assert metrics["pi2_dram_budget_gb"] == pytest.approx(budget)
+    assert metrics["pi2_dram_used_gb"] <= budget + 1e-9
+    if strategy == "llmflash":
+        assert p.flash.segments.n_hot == 0 and p.flash.reads_per_neuron == 2
+    if strategy == "powerinfer2":
+        assert p.flash.segments.n_hot > 0 and p.flash.reads_per_neuron == 1
+
+
+def test_whole_model_fits_no_flash_and_decode_cores_cover_bandwidth(bamboo):
+    spec, profile, hw = bamboo
+    p = solve(group_config("solver", "pi2_planner", strategy="mmap"), spec, profile, hw,
+              weight_dtype="int4", context=192)
+    assert p.flash is None and p.resident_ffn_share == 1.0
+    # 2 FLOP per 18/32 B weight at 43.9 GB/s = 156 GFLOP/s: the X4 and the five A720s
+    assert p.cores.compute_clusters == ("prime_x4", "perf_a720")
+    assert p.cores.io_core == "little"
+
+
+def test_infeasible_budget_names_budget_and_shortfall(bamboo):
+    spec, profile, hw = bamboo
+    cfg = group_config("solver", "pi2_planner", dram_budget_gb=1.0)
+    with pytest.raises(PlacementInfeasibleError,
+                       match=r"solver.dram_budget_gb=1\).*short by") as err:
+        solve(cfg, spec, profile, hw, weight_dtype="int4", context=192)
+    assert err.value.available_bytes == 1e9 and err.value.shortfall_bytes > 0
+    assert "resident parts alone" in str(err.value)
+    with pytest.raises(ValueError, match="exceeds"):
+        solve(group_config("solver", "pi2_planner", dram_budget_gb=30.0), spec, profile, hw,
+              weight_dtype="int4")
