@@ -129,6 +129,7 @@ def speed_bars(ax, rows: pd.DataFrame, title: str) -> None:
     ax.set_xticks(x, [f"{m}\nout={n}" for m, n in zip(rows.model, rows.new_tokens,
                                                          strict=True)],
                   fontsize=6, rotation=90)
+    ax.set_xlim(-0.8, max(len(rows), 2) - 0.2)  # one pair: no page-wide bars
     ax.set_yscale("log")
     ax.set_ylim(top=ax.get_ylim()[1] * 2.5)  # room for the speedup labels
     ax.set_ylabel("simulated end-to-end tokens/s")

@@ -57,17 +57,17 @@ def plot_speed(table: pd.DataFrame, path: Path, by: str, caption: str) -> Path:
     """One speed panel per value of `by` (prompt_tokens or hardware)."""
     plt = _pyplot()
     panels = sorted(table[by].dropna().unique())
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(6.5 * max(len(panels), 1), 5.2),
-                             squeeze=False)
+    n = max(len(panels), 1)
+    fig, axes = plt.subplots(1, n, figsize=(max(7.5, 6.5 * n), 5.6), squeeze=False)
     for ax, value in zip(axes[0], panels, strict=False):
         rows = table[table[by] == value]
         hardware = ", ".join(sorted(rows.hardware.unique()))
         prompts = ", ".join(str(int(p)) for p in sorted(rows.prompt_tokens.unique()))
         dtypes = ", ".join(sorted(rows.weight_dtype.unique()))
         speed_bars(ax, rows, f"{simulated_on(hardware)}\ninput {prompts} tokens, {dtypes}")
-    fig.suptitle(f"{caption}: PowerInfer (ILP placement + sparse FFN) vs llama.cpp (layer "
+    fig.suptitle(f"{caption}: PowerInfer (ILP placement + sparse FFN)\nvs llama.cpp (layer "
                  "offload + dense), cost model, batch 1", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return _save(fig, path)
 
 
