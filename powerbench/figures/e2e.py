@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from powerbench.figures.runs import FigureOutput, column, latest, search_runs, system_label
+from powerbench.figures.runs import (
+    FigureOutput,
+    column,
+    latest,
+    search_runs,
+    simulated_columns,
+)
 from powerbench.paths import results_dir
 
 POWERINFER, LLAMACPP = "PowerInfer", "llama.cpp"
@@ -49,19 +55,7 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=KEYS + ["batch_size", "system", "fits", *METRICS])
     simulator = column(runs, "params.simulator.name")
     runs = runs[simulator == "cost_model"]
-    frame = pd.DataFrame({
-        "hardware": column(runs, "params.hardware.name"),
-        "model": column(runs, "params.model.name"),
-        "weight_dtype": column(runs, "params.model.weight_dtype"),
-        "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
-        "new_tokens": pd.to_numeric(column(runs, "params.bench.new_tokens")),
-        "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
-        "system": [system_label(s, m) for s, m in zip(column(runs, "params.solver.name"),
-                                                       column(runs, "params.simulator.mode"),
-                                                       strict=True)],
-        "fits": pd.to_numeric(column(runs, "metrics.sim_feasible", 1.0)).fillna(1.0) > 0,
-        "start_time": runs["start_time"],
-    })
+    frame = pd.DataFrame(simulated_columns(runs)).drop(columns=["solver", "mode"])
     for name, col in METRICS.items():
         frame[name] = pd.to_numeric(column(runs, col, np.nan))
     return latest(frame, KEYS + ["batch_size", "system"]).drop(columns="start_time")

@@ -16,7 +16,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from powerbench.figures.runs import FigureOutput, column, latest, search_runs, system_label
+from powerbench.figures.runs import (
+    FigureOutput,
+    column,
+    find_simulated_runs,
+    latest,
+    simulated_columns,
+)
 from powerbench.paths import results_dir
 
 POWERINFER, LLAMACPP = "PowerInfer", "llama.cpp"
@@ -33,26 +39,8 @@ SIMULATED_NOTE = "SIMULATED (cost model on a hardware profile, not measured)"
 def simulated_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
     """One row per simulated run of `experiment`: SIM_KEYS, solver, mode, system, fits and
     SIM_METRICS (the latest re-run of each combination). Raises LookupError when none."""
-    runs = search_runs(experiment, tracking_uri)
-    if not runs.empty:
-        runs = runs[column(runs, "params.simulator.name") == "cost_model"]
-    if runs.empty:
-        raise LookupError(f"no finished simulated runs in MLflow experiment {experiment!r} "
-                          f"({tracking_uri or 'default store'}); run: "
-                          f"powerbench --multirun experiment={experiment}")
-    solver, mode = column(runs, "params.solver.name"), column(runs, "params.simulator.mode")
-    frame = pd.DataFrame({
-        "hardware": column(runs, "params.hardware.name"),
-        "model": column(runs, "params.model.name"),
-        "weight_dtype": column(runs, "params.model.weight_dtype"),
-        "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
-        "new_tokens": pd.to_numeric(column(runs, "params.bench.new_tokens")),
-        "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
-        "solver": solver, "mode": mode,
-        "system": [system_label(s, m) for s, m in zip(solver, mode, strict=True)],
-        "fits": pd.to_numeric(column(runs, "metrics.sim_feasible", 1.0)).fillna(1.0) > 0,
-        "start_time": runs["start_time"],
-    })
+    runs = find_simulated_runs(experiment, tracking_uri)
+    frame = pd.DataFrame(simulated_columns(runs))
     for name, col in SIM_METRICS.items():
         frame[name] = pd.to_numeric(column(runs, col, np.nan))
     return latest(frame, SIM_KEYS + ["system"]).drop(columns="start_time")

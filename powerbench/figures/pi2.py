@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from powerbench.figures.paper_more import _pyplot, write_figure
-from powerbench.figures.runs import FigureOutput, column, latest, search_runs
+from powerbench.figures.runs import FigureOutput, column, find_simulated_runs, latest
 
 SYSTEMS = {"powerinfer2": "PowerInfer-2", "llmflash": "LLM-in-a-Flash", "mmap": "llama.cpp"}
 PI2, BASELINES = "PowerInfer-2", ("LLM-in-a-Flash", "llama.cpp")
@@ -26,13 +26,7 @@ NOTE = "SIMULATED (simulator=phone on a phone profile, not measured)"
 
 def phone_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
     """One row per latest simulated phone run of `experiment`; LookupError when none."""
-    runs = search_runs(experiment, tracking_uri)
-    if not runs.empty:
-        runs = runs[column(runs, "params.simulator.name") == "phone"]
-    if runs.empty:
-        raise LookupError(f"no finished phone runs in MLflow experiment {experiment!r} "
-                          f"({tracking_uri or 'default store'}); run: powerbench --multirun "
-                          f"experiment={experiment}")
+    runs = find_simulated_runs(experiment, tracking_uri, simulator="phone")
     budget = pd.to_numeric(column(runs, "params.solver.dram_budget_gb", np.nan),
                            errors="coerce")
     frame = pd.DataFrame({

@@ -54,3 +54,35 @@ def latest(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return frame
     return (frame.sort_values("start_time").groupby(keys, as_index=False, dropna=False)
             .tail(1).reset_index(drop=True))
+
+
+def find_simulated_runs(experiment: str, tracking_uri: str | None,
+                   simulator: str = "cost_model") -> pd.DataFrame:
+    """Finished runs of `experiment` made by `simulator`; LookupError when there are none."""
+    runs = search_runs(experiment, tracking_uri)
+    if not runs.empty:
+        runs = runs[column(runs, "params.simulator.name") == simulator]
+    if runs.empty:
+        raise LookupError(f"no finished {simulator} runs in MLflow experiment {experiment!r} "
+                          f"({tracking_uri or 'default store'}); run: powerbench --multirun "
+                          f"experiment={experiment}")
+    return runs
+
+
+def simulated_columns(runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """What every simulated figure keys on: hardware, model, dtype, bench lengths, the
+    system (solver + compute mode), whether it fit, and the start time (for `latest`)."""
+    solver, mode = column(runs, "params.solver.name"), column(runs, "params.simulator.mode")
+    return {
+        "hardware": column(runs, "params.hardware.name"),
+        "model": column(runs, "params.model.name"),
+        "weight_dtype": column(runs, "params.model.weight_dtype"),
+        "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
+        "new_tokens": pd.to_numeric(column(runs, "params.bench.new_tokens")),
+        "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
+        "solver": solver, "mode": mode,
+        "system": pd.Series([system_label(s, m) for s, m in zip(solver, mode, strict=True)],
+                            index=runs.index),
+        "fits": pd.to_numeric(column(runs, "metrics.sim_feasible", 1.0)).fillna(1.0) > 0,
+        "start_time": runs["start_time"],
+    }
