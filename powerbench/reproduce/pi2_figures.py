@@ -42,6 +42,10 @@ TARGETS: tuple[Target, ...] = (
            figure=pi2_prefill, experiment="pi2_prefill", quick=("model=bamboo_7b",)),
     Target(name="pi2_memory", title="Memory at llama.cpp's speed for a model that fits",
            figure=pi2_memory, experiment="pi2_memory",
+           # 4 runs: both systems at 8 GB (llama.cpp resident) and 4 GB, a 64-token trace,
+           # 16 new tokens
+           quick=("solver.dram_budget_gb=4,8", "profiling.trace_tokens=64",
+                  "bench.new_tokens=16"),
            published=(Published(label="PowerInfer-2 DRAM / llama.cpp DRAM at equal decode "
                                 "speed (model fits)", value=0.6, ours=memory_ratio,
                                 source=SOURCE + " (~40% less memory)", calibration=True),)),

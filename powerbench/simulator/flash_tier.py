@@ -10,11 +10,15 @@ FFN stays in DRAM:
                 here on the profile's per-token traces). A token reads the clusters of its
                 computed neurons that are not resident, one read per cluster and matrix
                 group (`reads_per_neuron`: 1 = gate, up and down bundled; 3 = separate).
-    mmap        llama.cpp: the weights are mmap-ed; a fixed part is resident (page cache)
-                and every token pages in the bytes of its computed neurons that are not,
-                as sequential reads of `block_bytes` (readahead).
+    mmap        llama.cpp: the weights are mmap-ed; the DRAM left after the resident
+                parts is an LRU page cache of `page_cache_units` blocks of
+                `cluster_neurons` neurons (one readahead window, `block_bytes`) over all
+                layers (powerbench.simulator.page_cache); every token pages in the
+                blocks of its computed neurons that miss, as sequential reads.
 
-`replay` gives per decode step and layer the reads and bytes (FlashTraffic);
+`replay` gives per decode step and layer the reads and bytes (FlashTraffic), and for an
+optional prompt pass before them the bytes its computed neurons miss (a segmented cache
+only looks them up: the prompt streams them past the cache; the page cache admits them);
 `flash_seconds` turns them into read time with powerbench.simulator.flash_io.FlashRates.
 """
 
@@ -27,6 +31,7 @@ import numpy as np
 
 from powerbench.flash.cache import SegmentedNeuronCache, SegmentPlan
 from powerbench.simulator.flash_io import FlashRates
+from powerbench.simulator.page_cache import PageCacheLRU
 
 
 class FlashPolicy(StrEnum):
@@ -47,16 +52,11 @@ class FlashPlan:
     io_core: str = "big"  # class of the core(s) issuing the reads
     io_cores: int = 1  # cores issuing reads at once (one UFS command queue)
     warm_tokens: int = 64  # trace tokens replayed before the measured steps (not counted)
+    page_cache_units: int = 0  # mmap: blocks (of cluster_neurons) the LRU page cache holds
 
     @property
     def cluster_bytes(self) -> float:
         return self.cluster_neurons * self.neuron_bytes
-
-    def resident_mask(self, layer: int, n_neurons: int) -> np.ndarray:
-        """bool [n_neurons]: neurons pinned in DRAM (hot clusters / mmap resident part)."""
-        units = np.zeros(-(-n_neurons // self.cluster_neurons), dtype=bool)
-        units[self.segments.hot[layer]] = True
-        return np.repeat(units, self.cluster_neurons)[:n_neurons]
 
 
 @dataclass
@@ -69,6 +69,7 @@ class FlashTraffic:
     lru_hits: np.ndarray
     reads: np.ndarray
     bytes: np.ndarray
+    prefill_bytes: np.ndarray | None = None  # [layers]: the prompt pass's missed bytes
     notes: list[str] = field(default_factory=list)
 
     def hit_rates(self) -> dict[str, float]:
@@ -83,24 +84,46 @@ def _cluster_ids(mask: np.ndarray, cluster: int) -> np.ndarray:
     return np.unique(np.flatnonzero(mask) // cluster)
 
 
+def _units(mask: np.ndarray, cluster: int, n_units: int, layer: int) -> np.ndarray:
+    return layer * n_units + _cluster_ids(mask, cluster)
+
+
+def _replay_mmap(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray] | None,
+                 prefill: list[np.ndarray] | None, out: FlashTraffic) -> None:
+    k = plan.cluster_neurons
+    n_units = -(-layer_masks[0].shape[1] // k)
+    cache = PageCacheLRU(n_units * len(layer_masks), plan.page_cache_units)
+    for t in range(warm[0].shape[0] if warm is not None else 0):
+        for i in range(len(layer_masks)):
+            cache.access(_units(warm[i][t], k, n_units, i))
+    if prefill is not None:
+        out.prefill_bytes = np.array([cache.access(_units(m, k, n_units, i))
+                                      for i, m in enumerate(prefill)]) * plan.cluster_bytes
+    for s in range(layer_masks[0].shape[0]):
+        for i, masks in enumerate(layer_masks):
+            units = _units(masks[s], k, n_units, i)
+            misses = cache.access(units)
+            out.lookups[s, i] = units.size
+            out.lru_hits[s, i] = units.size - misses
+            out.reads[s, i] = misses * -(-plan.cluster_bytes // plan.block_bytes)
+            out.bytes[s, i] = misses * plan.cluster_bytes
+
+
 def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray] | None = None,
-           frequencies: list[np.ndarray] | None = None) -> FlashTraffic:
+           frequencies: list[np.ndarray] | None = None,
+           prefill: list[np.ndarray] | None = None) -> FlashTraffic:
     """Replay per-step computed-neuron masks (per layer: bool [steps, neurons]) through the
     plan. `warm`: per layer bool [tokens, neurons] replayed first, uncounted. `frequencies`
     (per layer, per neuron): the LRU starts filled with the hottest non-pinned clusters
-    (steady state), as the measured engine's warm start does."""
+    (steady state), as the measured engine's warm start does. `prefill`: per layer bool
+    [neurons] computed by the prompt pass, after the warm tokens (module docstring)."""
     n_layers = len(layer_masks)
     steps = layer_masks[0].shape[0] if n_layers else 0
     shape = (steps, n_layers)
     out = FlashTraffic(*(np.zeros(shape) for _ in range(5)))
     if plan.policy is FlashPolicy.mmap:
-        for i, masks in enumerate(layer_masks):
-            resident = plan.resident_mask(i, masks.shape[1])
-            missing = (masks & ~resident).sum(axis=1).astype(np.float64)
-            out.lookups[:, i] = masks.sum(axis=1)
-            out.hot_hits[:, i] = out.lookups[:, i] - missing
-            out.bytes[:, i] = missing * plan.neuron_bytes
-            out.reads[:, i] = np.ceil(out.bytes[:, i] / plan.block_bytes)
+        if n_layers:
+            _replay_mmap(plan, layer_masks, warm, prefill, out)
         return out
     n_units = -(-layer_masks[0].shape[1] // plan.cluster_neurons) if n_layers else 0
     cache = SegmentedNeuronCache(plan.segments, n_units)
@@ -112,6 +135,10 @@ def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray
             cache.preload(i, np.argsort(-per_unit, kind="stable"))
         for token in (warm[i] if warm is not None else ()):
             cache.access(i, _cluster_ids(token, plan.cluster_neurons))
+    if prefill is not None:
+        out.prefill_bytes = np.array([
+            float((cache.slot_of[i, _cluster_ids(m, plan.cluster_neurons)] < 0).sum())
+            for i, m in enumerate(prefill)]) * plan.cluster_bytes
     for s in range(steps):
         for i in range(n_layers):
             units = _cluster_ids(layer_masks[i][s], plan.cluster_neurons)

@@ -14,7 +14,8 @@
                                (DRAM + flash bytes) / CPU+NPU DRAM bandwidth  [npu only])
              npu: rate = peak int8 TOPS x npu_efficiency, NPU-only DRAM bandwidth, one graph
              launch per layer; cpu: every core's sustained FLOP/s, CPU-only bandwidth. The
-             flash bytes are the computed neurons' non-resident share (resident_ffn_share).
+             flash bytes: the prompt's computed neurons that miss the plan's cache state
+             after the warm tokens (flash_tier.replay's prompt pass).
 MoE: predictors are per expert; a token runs (and reads) those of its routed experts only.
 A placement without a flash plan (everything in DRAM) is simulated the same way, with no
 reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/phone.md).
@@ -70,19 +71,27 @@ def computed_masks(spec: ModelSpec, profile: ActivationProfile, mode: ComputeMod
 
 def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
                  mode: ComputeMode, batch: int, n_steps: int, offset: int,
-                 rates: FlashRates, ratio: np.ndarray) -> tuple[FlashTraffic, np.ndarray]:
-    """(traffic, read seconds [steps, layers]) of the decode steps; reads of predicted
-    false positives are charged by scaling with the predicted / true ratio (sparse)."""
+                 rates: FlashRates, ratio: np.ndarray, prompt_rows: int = 0
+                 ) -> tuple[FlashTraffic, np.ndarray]:
+    """(traffic, read seconds [steps, layers]) of the decode steps from trace token
+    `offset` on; reads of predicted false positives are charged by scaling with the
+    predicted / true ratio (sparse). `prompt_rows` > 0: the dense prompt pass of the rows
+    before `offset` is replayed first (traffic.prefill_bytes)."""
     trace = profile.trace_tokens
     groups = token_groups(trace, batch, n_steps, offset)
     masks = computed_masks(spec, profile, mode, groups)
-    warm_n = min(plan.warm_tokens, offset, trace)
+    start = offset - prompt_rows
+    warm_n = min(plan.warm_tokens, trace)  # before the prompt (wrapping around the trace)
     warm = None
     if warm_n > 0:
-        warm_groups = token_groups(trace, 1, warm_n, offset - warm_n)
+        warm_groups = token_groups(trace, 1, warm_n, start - warm_n)
         warm = [m[:, 0] for m in (computed_masks(spec, profile, mode, warm_groups))]
+    prefill = None
+    if prompt_rows > 0:
+        pre = token_groups(trace, prompt_rows, 1, start)
+        prefill = [m[0] for m in computed_masks(spec, profile, ComputeMode.dense, pre)]
     freq = [layer.frequency for layer in profile.layers]
-    traffic = replay(plan, masks, warm, freq)
+    traffic = replay(plan, masks, warm, freq, prefill)
     seconds = flash_seconds(plan, traffic, rates)
     if mode is ComputeMode.sparse:
         seconds = seconds * np.maximum(ratio, 1.0)[None, :]
@@ -91,9 +100,10 @@ def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
 
 
 def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
-                  placement: Placement, computed: np.ndarray, shape: PassShape,
-                  rates: FlashRates | None, plan: FlashPlan | None) -> PassCosts:
-    """Dense prompt pass on the NPU or the CPU (module docstring). computed: [layers]."""
+                  computed: np.ndarray, shape: PassShape, rates: FlashRates | None,
+                  plan: FlashPlan | None, flash_bytes: np.ndarray | None) -> PassCosts:
+    """Dense prompt pass on the NPU or the CPU (module docstring). computed: [layers];
+    flash_bytes [layers]: what the pass reads from flash (None: nothing)."""
     spec = model.spec
     npu = cfg.prefill_unit is PrefillUnit.npu
     if npu and hw.gpu is None:
@@ -105,7 +115,6 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
         rate, bw = _unit_flops(hw.cpu), hw.bandwidth(hw.cpu)
     both = hw.memory_of(hw.cpu).extra.get("both_gb_s")
     both_bw = both * 1e9 if both else hw.memory_of(hw.cpu).effective_bw
-    resident = getattr(placement, "resident_ffn_share", 1.0)
     flash_bw = np.inf
     if plan is not None and rates is not None:
         block = plan.block_bytes if plan.policy is FlashPolicy.mmap else LARGE_BLOCK
@@ -115,9 +124,10 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
              + 4.0 * spec.n_heads * spec.head_dim * shape.score_pairs
              + 2.0 * spec.params_per_neuron * computed * rows)
     ffn_bytes = computed * model.neuron_bytes
-    dram = (model.attn_bytes + ffn_bytes * resident
+    from_flash = (np.minimum(flash_bytes, ffn_bytes) if flash_bytes is not None
+                  else 0.0 * ffn_bytes)
+    dram = (model.attn_bytes + ffn_bytes - from_flash
             + 2 * shape.kv_tokens * model.kv_token_bytes)  # K, V written and read
-    from_flash = ffn_bytes * (1.0 - resident) if plan is not None else 0.0 * ffn_bytes
     t = np.maximum.reduce([np.broadcast_to(flops / rate, computed.shape),
                            dram / bw, from_flash / flash_bw,
                            (dram + from_flash) / both_bw if npu else 0.0 * dram])
@@ -153,10 +163,17 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
              f"predictors from {pred_source}"]
 
     rows = prompt * batch
+    n_steps = new - 1
+    offset = cfg.trace_offset + rows
+    traffic, io = None, None
+    if plan is not None:  # the prompt pass and the decode steps through the cache policy
+        traffic, io = decode_flash(plan, spec, profile, cfg.mode, batch, n_steps, offset,
+                                   rates, ratio, prompt_rows=rows)
     pre_work, n1 = _work(spec, profile, placement, ComputeMode.dense, rows, 1,
                          cfg.trace_offset, ratio)
-    pre = prefill_costs(cfg, model, hw, placement, pre_work.cpu_computed[0] +
-                        pre_work.gpu_computed[0], PassShape.prefill(prompt, batch), rates, plan)
+    pre = prefill_costs(cfg, model, hw, pre_work.cpu_computed[0] + pre_work.gpu_computed[0],
+                        PassShape.prefill(prompt, batch), rates, plan,
+                        traffic.prefill_bytes if traffic is not None else None)
     prefill_s = float(pre.total.sum())
     metrics: dict[str, float] = {
         "sim_prefill_tokens_per_s": rows / prefill_s, "sim_prefill_ms": prefill_s * 1e3,
@@ -165,19 +182,18 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     }
     frames = [breakdown_frame("prefill", pre)]
     notes += n1
-    n_steps = new - 1
+    if traffic is not None and traffic.prefill_bytes is not None:
+        metrics["sim_prefill_flash_bytes"] = float(traffic.prefill_bytes.sum())
     decode_s = 0.0
     steps = pd.DataFrame()
     if n_steps > 0:
-        offset = cfg.trace_offset + rows
         work, n2 = _work(spec, profile, placement, cfg.mode, batch, n_steps, offset, ratio)
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(work, PassShape.decode(context, batch))
-        io = np.zeros_like(dec.layer["ffn"])
-        if plan is not None:
-            traffic, io = decode_flash(plan, spec, profile, cfg.mode, batch, n_steps, offset,
-                                       rates, ratio)
+        if traffic is None:
+            io = np.zeros_like(dec.layer["ffn"])
+        else:
             hits = traffic.hit_rates()
             metrics |= {"sim_flash_bytes_per_token": float(traffic.bytes.sum(axis=1).mean()
                                                             / batch),

@@ -7,14 +7,17 @@ its baselines), from model, hardware and a DRAM budget.
 2. The rest of the budget holds FFN neurons. All of them fit: no flash. Else
    powerinfer2: the hottest clusters model-wide (by profiled frequency) are pinned
        (`hot_share` of the neuron cache), the rest is an LRU share per layer; the cluster
-       size minimises the expected flash read time per token (missed clusters x read time
-       of one cluster at its block size, flash_io.FlashRates);
+       size and the I/O core are chosen together: the least estimated token time
+       (pi2_cores: compute vs expected missed clusters x read time at that block size
+       from that core class, flash_io.FlashRates);
    llmflash: the whole neuron cache is LRU, one neuron per read, gate read apart
        (bundle=up_down);
-   mmap: llama.cpp's page cache: the same leading share of every layer stays resident.
-3. Cores: decode computes on the fastest CPU clusters whose sustained FLOP/s covers the
-   CPU's DRAM bandwidth for the weights' arithmetic intensity (decode is memory-bound, so
-   more cores add nothing); flash reads are issued from the fastest core class left over.
+   mmap: llama.cpp's page cache: one LRU over all layers of `mmap_block_kb` blocks
+       (replayed per token by the simulator, powerbench.simulator.page_cache).
+3. Cores (powerbench.solver.pi2_cores): decode computes on the fastest CPU clusters whose
+   sustained FLOP/s covers the CPU's DRAM bandwidth for the weights' arithmetic intensity
+   (decode is memory-bound, so more cores add nothing); flash reads are issued from an idle
+   core or one taken from the compute set, whichever gives the least estimated token time.
 Every decision goes to the placement's stats.extra (placement_summary.json) and metrics.
 """
 
@@ -26,12 +29,19 @@ from dataclasses import replace
 import numpy as np
 
 from powerbench.flash.cache import SegmentPlan, plan_segments
-from powerbench.hardware.hardware_profile import GB, HardwareProfile
+from powerbench.hardware.hardware_profile import GB
 from powerbench.model.spec import bytes_per_param
-from powerbench.simulator.flash_io import CORE_CLASSES, FlashRates
+from powerbench.simulator.flash_io import FlashRates
 from powerbench.simulator.flash_tier import FlashPlan, FlashPolicy
 from powerbench.solver.phone_placement import CorePlan, PhonePlacement
 from powerbench.solver.pi2_config import Bundle, PI2PlannerConfig, PlanStrategy
+from powerbench.solver.pi2_cores import (
+    ComputeSet,
+    IOOption,
+    compute_set,
+    io_options,
+    token_seconds,
+)
 from powerbench.solver.placement import CPU, DeviceBytes, PlacementInfeasibleError, SolverStats
 from powerbench.solver.problem import ByteModel, PlacementProblem, byte_model, resolve_context
 
@@ -54,56 +64,9 @@ def reads_per_neuron(bundle: Bundle, n_matrices: int) -> int:
     return n_matrices
 
 
-def core_classes(hw: HardwareProfile) -> list[tuple[str, str, int, float]]:
-    """(cluster name, class, cores, sustained FLOP/s) fastest per core first; classes by
-    rank: big, mid, little (the rest little). Sustained = peak x the unit's
-    effective / peak ratio (1 when the unit gives no effective figure)."""
-    unit = hw.cpu
-    clusters = [c for c in unit.clusters if c.peak_fp32_flops]
-    if not clusters:
-        raise ValueError(f"hardware {hw.name!r}: the CPU lists no clusters with FLOP figures")
-    peak = sum(c.peak_fp32_flops for c in clusters)
-    ratio = (unit.effective_flops / peak) if unit.effective_flops else 1.0
-    ordered = sorted(clusters, key=lambda c: -c.peak_fp32_flops / c.cores)
-    return [(c.name, CORE_CLASSES[min(i, 2)], c.cores, c.peak_fp32_flops * ratio)
-            for i, c in enumerate(ordered)]
-
-
-def plan_cores(cfg: PI2PlannerConfig, problem: PlacementProblem) -> tuple[CorePlan, str]:
-    hw = problem.hardware
-    classes = core_classes(hw)
-    need = 2.0 / bytes_per_param(problem.weight_dtype) * hw.bandwidth(hw.cpu)
-    if cfg.compute_clusters is not None:
-        unknown = set(cfg.compute_clusters) - {c[0] for c in classes}
-        if unknown:
-            raise ValueError(f"solver.compute_clusters {sorted(unknown)} not among "
-                             f"{[c[0] for c in classes]} of {hw.name}")
-        chosen = [c for c in classes if c[0] in cfg.compute_clusters]
-        why = "configured"
-    else:
-        chosen, flops = [], 0.0
-        for c in classes:
-            chosen.append(c)
-            flops += c[3]
-            if flops >= need:
-                break
-        why = (f"fastest clusters covering {need / 1e9:.0f} GFLOP/s (2 FLOP per "
-               f"{bytes_per_param(problem.weight_dtype):.3g} B weight at the CPU's "
-               f"{hw.bandwidth(hw.cpu) / 1e9:.1f} GB/s)")
-    names = {c[0] for c in chosen}
-    idle = [c for c in classes if c[0] not in names]
-    io = cfg.io_core or (idle[0][1] if idle else chosen[-1][1])
-    if io not in CORE_CLASSES:
-        raise ValueError(f"solver.io_core {io!r} is not one of {CORE_CLASSES}")
-    plan = CorePlan(tuple(c[0] for c in chosen), float(sum(c[3] for c in chosen)), io,
-                    cfg.io_cores)
-    return plan, why
-
-
-def expected_io_s(freq: list[np.ndarray], k: int, capacity_neurons: float, hot_share: float,
-                  neuron_bytes: float, reads: int, rates: FlashRates, core: str,
-                  issuers: int) -> float:
-    """Expected flash seconds per token with clusters of k neurons: per layer, clusters
+def expected_misses(freq: list[np.ndarray], k: int, capacity_neurons: float,
+                    hot_share: float) -> float:
+    """Expected clusters of k neurons read from flash per token: per layer, clusters
     outside the pinned set that are active (1 - prod(1 - p)) and miss the LRU (which holds
     its share of the layer's other clusters)."""
     n_layers, n = len(freq), freq[0].size
@@ -118,8 +81,7 @@ def expected_io_s(freq: list[np.ndarray], k: int, capacity_neurons: float, hot_s
         cold[plan.hot[i]] = False
         share = plan.lru[i] / max(int(cold.sum()), 1)
         misses += float(active[i, cold].sum()) * (1.0 - share)
-    return float(rates.read_time(misses * reads, k * neuron_bytes / reads, core=core,
-                                 issuers=issuers))
+    return misses
 
 
 def _infeasible(cfg: PI2PlannerConfig, budget: float, need: float, bm: ByteModel,
@@ -152,18 +114,23 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
     free = budget - resident
     capacity = int(min(free // bm.neuron_bytes, bm.n_layers * bm.neurons))
     cpu.ffn = capacity * bm.neuron_bytes
-    cores, cores_why = plan_cores(cfg, problem)
+    compute = compute_set(cfg, problem)
+    options = io_options(cfg, hw, compute)
     decisions: dict = {"strategy": cfg.strategy.value, "dram_budget_gb": budget / GB,
                        "resident_dense_gb": resident / GB, "neuron_cache_gb": cpu.ffn / GB,
                        "ffn_total_gb": bm.ffn_total / GB,
-                       "compute_clusters": list(cores.compute_clusters),
-                       "compute_gflops": cores.compute_flops / 1e9, "cores_rule": cores_why,
-                       "io_core": cores.io_core, "io_cores": cores.io_cores}
+                       "compute_clusters": [c.name for c in compute.clusters],
+                       "cores_rule": compute.why, "io_cores": cfg.io_cores}
     flash = None
     if capacity < bm.n_layers * bm.neurons:
-        flash = _flash_plan(cfg, problem, bm, capacity, cores, decisions)
+        flash, io = _flash_plan(cfg, problem, bm, capacity, compute, options, decisions)
     else:
+        io = max(options, key=lambda o: o.compute_flops)  # no reads: lose no compute
         decisions["flash"] = "none: every FFN neuron fits the budget"
+    cores = CorePlan(tuple(c.name for c in compute.clusters), io.compute_flops,
+                     io.core_class, cfg.io_cores)
+    decisions |= {"io_core": io.core_class, "io_core_placement": io.label,
+                  "compute_gflops": io.compute_flops / 1e9}
     n = bm.n_layers
     empty = np.zeros(0, dtype=np.int64)
     sparse = cfg.strategy is not PlanStrategy.mmap
@@ -180,21 +147,44 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
         resident_ffn_share=capacity / (bm.n_layers * bm.neurons))
 
 
+def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel) -> float:
+    """The planner's estimate of a token's DRAM time at full bandwidth: attention, output
+    projection, predictors and the FFN bytes a token computes (sparse: the profiled
+    frequencies; mmap, dense: every neuron of the routed experts). Not the simulator's
+    cost: no kernel efficiencies, no per-call overheads."""
+    spec = problem.spec
+    if cfg.strategy is PlanStrategy.mmap:
+        ffn = bm.ffn_total * spec.experts_per_token / max(spec.n_experts, 1)
+    else:
+        ffn = float(sum(f.sum() for f in problem.frequencies)) * bm.neuron_bytes
+    # MoE: per-expert predictors, a token runs its routed experts' only (as simulator=phone)
+    pred = float(bm.predictor.sum()) * spec.experts_per_token / max(spec.n_experts, 1)
+    total = bm.n_layers * bm.attn + bm.lm_head + pred + ffn
+    return total / problem.hardware.bandwidth(problem.hardware.cpu)
+
+
 def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
-                capacity: int, cores: CorePlan, decisions: dict) -> FlashPlan:
+                capacity: int, compute: ComputeSet, options: list[IOOption],
+                decisions: dict) -> tuple[FlashPlan, IOOption]:
     spec, hw = problem.spec, problem.hardware
     n_layers, n = bm.n_layers, bm.neurons
     n_matrices = spec.ffn_kind.n_matrices
     if cfg.strategy is PlanStrategy.mmap:
-        per_layer = capacity // n_layers
-        seg = SegmentPlan(hot=tuple(np.arange(per_layer) for _ in range(n_layers)),
+        # llama.cpp's reads are page faults on its compute threads, sequential readahead:
+        # the issuing class does not change their bandwidth, so lose no compute
+        io = max(options, key=lambda o: o.compute_flops)
+        block = cfg.mmap_block_kb * 1024.0
+        per_block = max(1, int(round(block / bm.neuron_bytes)))
+        pages = capacity // per_block
+        units = n_layers * -(-n // per_block)
+        seg = SegmentPlan(hot=tuple(np.zeros(0, dtype=np.int64) for _ in range(n_layers)),
                           lru=(0,) * n_layers)
-        decisions["flash"] = (f"mmap: first {per_layer} of {n} neurons per layer stay in "
-                              f"the page cache; the rest is paged in every token in "
-                              f"{cfg.mmap_block_kb:g} KB reads")
-        return FlashPlan(FlashPolicy.mmap, 1, seg, bm.neuron_bytes, 1,
-                         cfg.mmap_block_kb * 1024.0, cores.io_core, cores.io_cores,
-                         cfg.warm_tokens)
+        decisions["flash"] = (f"mmap: an LRU page cache of {pages} of {units} blocks "
+                              f"({per_block} neurons, {cfg.mmap_block_kb:g} KB readahead) "
+                              f"over all layers; misses are paged in every token")
+        return FlashPlan(FlashPolicy.mmap, per_block, seg, bm.neuron_bytes, 1, block,
+                         io.core_class, cfg.io_cores, cfg.warm_tokens,
+                         page_cache_units=pages), io
     rates = FlashRates.from_hardware(hw)
     freq = problem.frequencies
     llmflash = cfg.strategy is PlanStrategy.llmflash
@@ -202,14 +192,23 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
     bundle = Bundle.up_down if llmflash and cfg.bundle is Bundle.all else cfg.bundle
     reads = reads_per_neuron(bundle, n_matrices)
     if llmflash:
-        k, scores = 1, {}
+        sizes = [1]
     elif cfg.cluster_neurons is not None:
-        k, scores = int(cfg.cluster_neurons), {}
+        sizes = [int(cfg.cluster_neurons)]
     else:
-        scores = {c: expected_io_s(freq, c, capacity, hot_share, bm.neuron_bytes, reads,
-                                   rates, cores.io_core, cores.io_cores)
-                  for c in cfg.cluster_candidates}
-        k = min(scores, key=scores.get)
+        sizes = list(cfg.cluster_candidates)
+    t_c = compute_seconds(cfg, problem, bm)
+    pipelined = cfg.strategy is PlanStrategy.powerinfer2
+    scores: dict[tuple[int, str], tuple[float, float]] = {}  # (k, io) -> (io s, token s)
+    for k in sizes:
+        misses = expected_misses(freq, k, capacity, hot_share)
+        for opt in options:
+            io_s = float(rates.read_time(misses * reads, k * bm.neuron_bytes / reads,
+                                         core=opt.core_class, issuers=cfg.io_cores))
+            scores[(k, opt.label)] = (io_s, token_seconds(t_c, compute.need_flops,
+                                                          opt.compute_flops, io_s, pipelined))
+    k, label = min(scores, key=lambda key: scores[key][1])
+    io = next(o for o in options if o.label == label)
     units = -(-n // k)
     pad = units * k - n
     per_unit = np.stack([np.pad(f, (0, pad)) for f in freq]).reshape(n_layers, units, k)
@@ -217,10 +216,14 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
     decisions.update({
         "flash": f"{cfg.strategy.value}: {seg.n_hot} hot clusters pinned, "
                  f"{sum(seg.lru)} LRU slots, {k} neurons per cluster, {reads} read(s) "
-                 f"per cluster ({bundle.value} bundling)",
-        "cluster_neurons": k, "expected_io_ms_by_cluster": {c: s * 1e3
-                                                            for c, s in scores.items()},
-        "hot_share": hot_share, "bundle": bundle.value})
+                 f"per cluster ({bundle.value} bundling); reads from {io.label}",
+        "cluster_neurons": k, "hot_share": hot_share, "bundle": bundle.value,
+        "expected_io_ms_by_cluster": {c: scores[(c, label)][0] * 1e3 for c in sizes},
+        "token_ms_estimate": {f"k={c} io={o.label}": scores[(c, o.label)][1] * 1e3
+                              for c in sizes for o in options},
+        "io_core_rule": (f"least estimated token time over I/O core options and cluster "
+                         f"sizes ({'max' if pipelined else 'sum'} of compute "
+                         f"{t_c * 1e3:.1f} ms at full FLOP/s and flash reads)")})
     return FlashPlan(FlashPolicy.segmented, k, seg, bm.neuron_bytes, reads,
-                     io_core=cores.io_core, io_cores=cores.io_cores,
-                     warm_tokens=cfg.warm_tokens)
+                     io_core=io.core_class, io_cores=cfg.io_cores,
+                     warm_tokens=cfg.warm_tokens), io

@@ -15,6 +15,7 @@ from powerbench.simulator.flash_tier import (
     flash_seconds,
     replay,
 )
+from powerbench.simulator.page_cache import PageCacheLRU
 from powerbench.simulator.phone import computed_masks
 from tests.simulator.factories import make_profile, make_spec
 
@@ -83,12 +84,53 @@ def test_bandwidth_by_block_size_and_core():
         RATES.bandwidth(4 * KB, core="huge")
 
 
-def test_mmap_reads_every_non_resident_neuron_each_token():
-    seg = SegmentPlan(hot=(np.arange(4),), lru=(0,))
-    p = FlashPlan(FlashPolicy.mmap, 1, seg, neuron_bytes=6 * KB, block_bytes=128 * KB)
+def _mmap(capacity: int, per_block: int = 1) -> FlashPlan:
+    seg = SegmentPlan(hot=(np.arange(0),), lru=(0,))
+    return FlashPlan(FlashPolicy.mmap, per_block, seg, neuron_bytes=6 * KB,
+                     block_bytes=128 * KB, page_cache_units=capacity)
+
+
+def test_mmap_lru_page_cache_thrashes_under_a_dense_cyclic_scan():
+    """8 blocks scanned every token through an LRU of 4: each access evicts the block
+    needed next, so every token reads all 8 (the old fixed-resident model read 4)."""
     dense = np.ones((3, 8), dtype=bool)
-    t = replay(p, [dense])
-    assert t.bytes[:, 0].tolist() == [4 * 6 * KB] * 3
+    t = replay(_mmap(4), [dense], warm=[np.ones((2, 8), dtype=bool)])
+    assert t.bytes[:, 0].tolist() == [8 * 6 * KB] * 3
+    assert t.hit_rates()["hit"] == 0.0
+    fits = replay(_mmap(8), [dense], warm=[np.ones((1, 8), dtype=bool)])
+    assert fits.bytes.sum() == 0.0 and fits.hit_rates()["hit"] == 1.0
+
+
+def test_mmap_page_cache_keeps_a_reused_working_set_and_counts_the_prompt_pass():
+    steps = np.zeros((4, 8), dtype=bool)
+    steps[:, :2] = True  # a token touches blocks 0, 1 only (2 neurons per block: block 0)
+    prompt = [np.ones(8, dtype=bool)]
+    t = replay(_mmap(2, per_block=2), [steps], prefill=prompt)
+    assert t.prefill_bytes.tolist() == [8 * 6 * KB]  # 4 blocks of 2 neurons, all paged in
+    # after the prompt the cache holds blocks 2, 3: the first token misses block 0, then hits
+    assert t.bytes[:, 0].tolist() == [2 * 6 * KB, 0.0, 0.0, 0.0]
+
+
+def test_page_cache_lru_is_exact_lru():
+    cache = PageCacheLRU(n_blocks=6, capacity=3)
+    assert cache.access(np.array([0, 1, 2])) == 3
+    assert cache.access(np.array([0])) == 0  # 0 is now the most recent: 1 is the LRU
+    assert cache.access(np.array([3])) == 1  # evicts 1
+    assert cache.cached.tolist() == [True, False, True, True, False, False]
+    assert cache.access(np.array([1, 4])) == 2  # evicts 2 then 0
+    assert cache.cached.tolist() == [False, True, False, True, True, False]
+    for _ in range(2000):  # long runs compact the log and stay exact
+        cache.access(np.array([5, 4]))
+    assert cache.cached.tolist() == [False, True, False, False, True, True]
+    assert PageCacheLRU(4, 0).access(np.array([0, 1])) == 2
+
+
+def test_segmented_prompt_pass_reads_what_is_not_resident_without_admitting():
+    seg = SegmentPlan(hot=(np.array([0, 1]),), lru=(0,))
+    p = FlashPlan(FlashPolicy.segmented, 1, seg, neuron_bytes=6 * KB)
+    t = replay(p, steps([0, 1]), prefill=[np.ones(8, dtype=bool)])
+    assert t.prefill_bytes.tolist() == [6 * 6 * KB]
+    assert t.bytes.sum() == 0.0
 
 
 def test_moe_dense_computes_and_reads_only_routed_experts():
@@ -104,6 +146,5 @@ def test_moe_dense_computes_and_reads_only_routed_experts():
     assert dense[1].tolist() == [False] * 4 + [True] * 4
     sparse = computed_masks(spec, profile, ComputeMode.sparse, groups)[0]
     assert sparse.sum() == 2
-    t = replay(FlashPlan(FlashPolicy.mmap, 1, SegmentPlan((np.arange(0),), (0,)), 6 * KB),
-               [dense])
+    t = replay(_mmap(0), [dense])
     assert t.bytes[:, 0].tolist() == [4 * 6 * KB, 4 * 6 * KB]  # one expert each, not both

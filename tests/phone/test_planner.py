@@ -59,3 +59,31 @@ def test_infeasible_budget_names_budget_and_shortfall(bamboo):
     with pytest.raises(ValueError, match="exceeds"):
         solve(group_config("solver", "pi2_planner", dram_budget_gb=30.0), spec, profile, hw,
               weight_dtype="int4")
+
+
+def test_io_core_is_chosen_from_flash_and_compute_estimates(bamboo):
+    """Every (cluster size, I/O core option) gets a token estimate; the plan takes the
+    least; an I/O core taken from a computing cluster lowers the decode FLOP/s."""
+    spec, profile, hw = bamboo
+    cfg = group_config("solver", "pi2_planner", dram_budget_gb=4.5, cluster_candidates=[1, 4])
+    p = solve(cfg, spec, profile, hw, weight_dtype="int4", context=192)
+    est = p.stats.extra["token_ms_estimate"]
+    assert set(est) == {f"k={k} io={o}" for k in (1, 4) for o in
+                        ("big (from prime_x4)", "mid (from perf_a720)", "little (idle)")}
+    best = min(est, key=est.get)
+    assert best == f"k={p.flash.cluster_neurons} io={p.stats.extra['io_core_placement']}"
+    assert p.flash.io_core == p.cores.io_core == p.stats.extra["io_core"]
+    full = 52.7e9 + 119.8e9  # sustained X4 + five A720s (0.19 / 0.38 TFLOP/s of peak)
+    lost = {"big": 52.7e9, "mid": 119.8e9 / 5, "little": 0.0}[p.cores.io_core]
+    assert p.cores.compute_flops == pytest.approx(full - lost, rel=0.01)
+    # fixed to the little core: no compute lost, the slower 4 KB reads
+    little = solve(group_config("solver", "pi2_planner", dram_budget_gb=4.5,
+                                cluster_candidates=[1, 4], io_core="little"),
+                   spec, profile, hw, weight_dtype="int4", context=192)
+    assert little.cores.io_core == "little" and little.cores.compute_flops == pytest.approx(
+        full, rel=0.01)
+    assert set(little.stats.extra["token_ms_estimate"]) == {"k=1 io=little (idle)",
+                                                             "k=4 io=little (idle)"}
+    with pytest.raises(ValueError, match="io_core 'huge'"):
+        solve(group_config("solver", "pi2_planner", dram_budget_gb=4.5, io_core="huge"),
+              spec, profile, hw, weight_dtype="int4", context=192)

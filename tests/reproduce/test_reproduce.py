@@ -138,3 +138,25 @@ def test_a_failing_target_keeps_the_others_and_exits_non_zero(run_cli, tmp_path,
     report = (out / "reproduction.md").read_text()
     assert "## bad" in report and "**FAILED**" in report and "exited with" in report
     assert "| x | 2 | 2 | +0.0% | ±20% | yes |" in report and "MEASURED on this machine" in report
+
+
+@pytest.mark.slow
+def test_quick_pi2_memory_end_to_end(run_cli, tmp_path):
+    """A phone target's --quick sweep (simulator=phone, the pi2 planner, the flash tier and
+    the llama.cpp page cache) into a temporary MLflow store, the figure and the report."""
+    out = tmp_path / "results"
+    run_cli(["reproduce", "--quick", "pi2_memory", f"task.out_dir={out}"])
+    table = pd.read_csv(out / "pi2_memory.csv")
+    assert list(table.model) == ["bamboo_7b"] and list(table.hardware) == ["oneplus12"]
+    row = table.iloc[0]
+    assert row.llamacpp_tokens_per_s > 0 and 5.0 < row.llamacpp_dram_gb <= 8.0
+    # PowerInfer-2 matches llama.cpp's speed at 4 GB (with the FFN partly in flash) or not
+    # at all within the quick budgets; either way the ratio is the one the table derives
+    assert row.pi2_dram_gb == pytest.approx(4.0, abs=1e-6) or pd.isna(row.pi2_dram_gb)
+    if not pd.isna(row.pi2_dram_gb):
+        assert row.memory_ratio == pytest.approx(row.pi2_dram_gb / row.llamacpp_dram_gb)
+    assert (out / "pi2_memory.png").stat().st_size > 10_000
+    report = (out / "reproduction.md").read_text()
+    assert "`powerbench reproduce --quick pi2_memory`" in report and "## pi2_memory" in report
+    (published,) = TARGETS["pi2_memory"].published
+    assert f"| {published.label} | {published.value:g} |" in report and "calibration" in report
