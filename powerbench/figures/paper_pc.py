@@ -116,8 +116,8 @@ def plot_load_split(table: pd.DataFrame, path: Path) -> Path:
         ffn = rows[f"{prefix}_gpu_ffn_load_share"].to_numpy(dtype=float)
         if np.isfinite(ffn).any():
             ax.plot(x + offset, ffn, "D", color="black", markersize=5,
-                    label=f"{system}: FFN-only activated neurons on GPU" if system == POWERINFER
-                    else "_nolegend_")
+                    label="FFN only: share of activated FFN neurons on the GPU (each system)"
+                    if system == POWERINFER else "_nolegend_")
     for i, row in rows.iterrows():
         if not (row.powerinfer_fits or row.llamacpp_fits):
             ax.text(i, 0.5, "does not fit", ha="center", va="center", fontsize=7, rotation=90)
