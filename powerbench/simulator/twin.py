@@ -227,3 +227,94 @@ def summary_table(rows: Sequence[EngineValidation]) -> Any:
     import pandas as pd
 
     return pd.DataFrame([r.row() for r in rows])
+
+
+def timed_generation(decoder: Any, ids: torch.Tensor, new_tokens: int) -> Any:
+    """One generation's RunTiming (the FFN rewound first, e.g. replayed active sets)."""
+    from powerbench.engine.timing import StepClock
+
+    rewind = getattr(decoder.ffn, "rewind", None)
+    if rewind is not None:
+        rewind()
+    clock = StepClock(decoder.device)
+    decoder.generate(ids, new_tokens, clock=clock)
+    return clock.timing()
+
+
+def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, bench: Any,
+                      profile: Any, placement: Any, local: HardwareProfile,
+                      predictors: dict[str, Any] | None = None,
+                      calibrate: Callable[[], HardwareProfile] | None = None,
+                      rounds: int = 3) -> list[EngineValidation]:
+    """`validate_engine` for ready-built decoders on the prompt batch `ids` (e.g. the
+    real-size synthetic-weight decoders of powerbench.engine.synthetic, which have no
+    loaded model), measured in INTERLEAVED rounds: after `bench.warmup` untimed
+    generations of each, every round runs `bench.repeats` timed generations of every
+    decoder, in an order rotated round by round (drifting load hits all alike), with the
+    calibrations before, between and after the rounds. Each decoder's measured metrics are
+    medians over all its timed generations (with repeats=1: the median over rounds);
+    `predictors[name]` is what its twin is told about its predictor (None: dense)."""
+    from powerbench.engine.bench_decode import rotation
+    from powerbench.engine.timing import summarize
+    from powerbench.simulator.simulate import simulate
+
+    predictors = predictors or {}
+    batch, prompt, new = bench.batch_size, ids.shape[1], bench.new_tokens
+    names = list(decoders)
+    with torch_threads(bench.threads), torch.inference_mode():
+        twins = {n: _twin_of(d, ids[:, :min(prompt, 8)]) for n, d in decoders.items()}
+
+    def sim_metrics(name: str, hw: HardwareProfile) -> dict[str, float]:
+        dense, ops, dtype, dense_rows = twins[name]
+        calibration = hw.meta.get("calibration", {})
+        twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
+                           dense_rows)
+        return simulate(twin, spec, profile, placement, hw,
+                        predictors=None if dense else predictors.get(name), bench=bench).metrics
+
+    samples: list[HardwareProfile] = []
+
+    def sample() -> None:
+        if calibrate is not None:
+            samples.append(calibrate())
+
+    runs: dict[str, list[Any]] = {n: [] for n in names}
+    paired: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    with torch_threads(bench.threads), torch.inference_mode():
+        for name in names:
+            for _ in range(bench.warmup):
+                timed_generation(decoders[name], ids, new)
+    sample()
+    for r in range(max(rounds, 1)):
+        this_round: dict[str, list[Any]] = {n: [] for n in names}
+        with torch_threads(bench.threads), torch.inference_mode():
+            for name in rotation(names, r):
+                for _ in range(max(bench.repeats, 1)):
+                    this_round[name].append(timed_generation(decoders[name], ids, new))
+        sample()
+        for name in names:
+            runs[name] += this_round[name]
+            if calibrate is not None:
+                paired[name].append(compare(
+                    summarize(this_round[name], batch, prompt),
+                    sim_metrics(name, time_average(*samples[-2:])), new, batch))
+    hardware = {"profile": local}
+    if samples:
+        hardware["calibrated"] = time_average(*samples)
+    out = []
+    for name in names:
+        measured = {**summarize(runs[name], batch, prompt),
+                    **best_rates(runs[name], new, batch, prompt)}
+        ffn_metrics = getattr(decoders[name].ffn, "metrics", None)
+        if callable(ffn_metrics):
+            measured.update(ffn_metrics() or {})
+        for variant, hw in hardware.items():
+            sim = sim_metrics(name, hw)
+            errors = compare(measured, sim, new, batch)
+            if paired[name] and variant == "calibrated":
+                errors |= {f"{k.removesuffix('_pct')}_paired_pct": statistics.median(
+                               p[k] for p in paired[name])
+                           for k in ("sim_error_pct", "sim_prefill_error_pct")}
+            out.append(EngineValidation(name, dict(measured), sim, errors, twins[name][1],
+                                        variant, hw))
+    return out

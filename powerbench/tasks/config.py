@@ -45,6 +45,13 @@ class ValidateTask:
     calibrate: bool = True  # re-measure the CPU rates around the engine rounds
     rounds: int = 12  # engine runs per engine, calibrations before, between and after
     figure: bool = True  # redraw results/validation_local.* from this batch (needs tracking)
+    # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts
+    synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
+    synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
+    dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
+    layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
+    seed: int = 0  # synthetic weights, prompt and activation trace
+    out: str | None = None  # CSV appended to (None: results/validation_realsize.csv)
 
 
 @dataclass

@@ -7,6 +7,8 @@ powerbench.simulator.twin), log one MLflow run per (engine, hardware variant) wi
 measured metrics, the sim_* metrics and the errors, and redraw results/validation_local.*.
 conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu,
 predictor=fixed (sparse engines), bench.repeats=3, experiment `validation_local`.
+With `task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
+SYNTHETIC weights instead: powerbench.tasks.validate_synthetic.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
 
 def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path
              ) -> list[EngineValidation]:
+    if task.synthetic_model:  # real-size shapes, synthetic weights: speed only
+        from powerbench.tasks.validate_synthetic import validate_synthetic
+
+        return validate_synthetic(task, cfg)
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     local = load_hardware(cfg.hardware)

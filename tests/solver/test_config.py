@@ -9,10 +9,10 @@ from hydra import compose
 from hydra.errors import ConfigCompositionException
 
 from powerbench.config import group_config, typed
-from powerbench.paths import repo_root
-from powerbench.solver import solve
 from powerbench.config.store import GROUP_MODULES
 from powerbench.hardware import load_hardware
+from powerbench.paths import repo_root
+from powerbench.solver import solve
 
 from .conftest import BARE, machine, random_profile, tiny_spec
 
