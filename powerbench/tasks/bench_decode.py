@@ -10,7 +10,6 @@ the achieved GB/s set against this machine's DRAM read bandwidth measured in the
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -77,35 +76,24 @@ SYNTHETIC_NOTE = ("synthetic weights: only speed is meaningful (seeded random we
 def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig) -> list:
     """Dense vs sparse on a real shape with synthetic weights (see the module docstring)."""
     import pandas as pd
-    import torch
 
     from powerbench.engine.bench_decode import build_synthetic_engines
-    from powerbench.engine.synthetic import (
-        synthetic_decoder_weights,
-        synthetic_spec,
-        torch_dtype,
-        trace_profile,
-    )
     from powerbench.ops.bandwidth import cpu_read_bandwidth
+    from powerbench.tasks.inputs import synthetic_inputs
     from powerbench.threads import torch_threads
 
     assert task.synthetic_model is not None
     bench = cfg.bench
-    full = synthetic_spec(task.synthetic_model, None, task.synthetic_overrides)
-    spec = synthetic_spec(task.synthetic_model, task.layers, task.synthetic_overrides)
-    dtype = torch_dtype(task.dtype)
-    print(f"{SYNTHETIC_NOTE}\nbuilding {spec.name}: {spec.n_layers} of {full.n_layers} layers, "
-          f"d_model {spec.d_model}, d_ffn {spec.d_ffn}, vocab {spec.vocab_size}, {task.dtype}")
-    start = time.perf_counter()
-    weights = synthetic_decoder_weights(spec, dtype, task.seed)
-    build_s = time.perf_counter() - start
-    steps = bench.batch_size * (bench.prompt_tokens + bench.new_tokens)
-    profile = trace_profile(full, spec.n_layers, trace_tokens=max(steps, 1), seed=task.seed)
+    inputs = synthetic_inputs(
+        task.synthetic_model, task.layers, task.synthetic_overrides, task.dtype, task.seed,
+        bench, announce=lambda full, spec: print(
+            f"{SYNTHETIC_NOTE}\nbuilding {spec.name}: {spec.n_layers} of {full.n_layers} "
+            f"layers, d_model {spec.d_model}, d_ffn {spec.d_ffn}, vocab {spec.vocab_size}, "
+            f"{task.dtype}"))
+    full, spec, weights, build_s = inputs.full, inputs.spec, inputs.weights, inputs.build_s
+    profile, ids = inputs.trace, inputs.ids
     engines, pbytes = build_synthetic_engines(weights, profile, task.backend,
                                               task.predictor_rank, task.seed)
-    gen = torch.Generator().manual_seed(task.seed)
-    ids = torch.randint(0, spec.vocab_size, (bench.batch_size, bench.prompt_tokens),
-                        generator=gen)
     load_before = os.getloadavg()[0]
     with torch_threads(bench.threads):  # the reference: read before and after, the best kept
         before = cpu_read_bandwidth()

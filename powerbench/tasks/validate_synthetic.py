@@ -79,36 +79,25 @@ def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> list[Engine
     import pandas as pd
     import torch
 
-    from powerbench.engine.synthetic import (
-        synthetic_decoder_weights,
-        synthetic_spec,
-        torch_dtype,
-        trace_profile,
-    )
+    from powerbench.tasks.inputs import synthetic_inputs
 
     assert task.synthetic_model is not None
     bench = cfg.bench
     check_engines(list(task.engines))
-    full = synthetic_spec(task.synthetic_model, None, task.synthetic_overrides)
-    spec = synthetic_spec(task.synthetic_model, task.layers, task.synthetic_overrides)
-    dtype = torch_dtype(task.dtype)
-    print(f"{SYNTHETIC_NOTE}\nvalidate {spec.name}: {spec.n_layers} of {full.n_layers} layers "
-          f"(per-layer shapes real: d_model {spec.d_model}, d_ffn {spec.d_ffn}, "
-          f"{spec.n_heads} heads, vocab {spec.vocab_size}), {task.dtype}")
-    start = time.perf_counter()
-    weights = synthetic_decoder_weights(spec, dtype, task.seed)
-    build_s = time.perf_counter() - start
-    steps = bench.batch_size * (bench.prompt_tokens + bench.new_tokens)
-    trace = trace_profile(full, spec.n_layers, trace_tokens=max(steps, 1), seed=task.seed)
+    inputs = synthetic_inputs(
+        task.synthetic_model, task.layers, task.synthetic_overrides, task.dtype, task.seed,
+        bench, announce=lambda full, spec: print(
+            f"{SYNTHETIC_NOTE}\nvalidate {spec.name}: {spec.n_layers} of {full.n_layers} "
+            f"layers (per-layer shapes real: d_model {spec.d_model}, d_ffn {spec.d_ffn}, "
+            f"{spec.n_heads} heads, vocab {spec.vocab_size}), {task.dtype}"))
+    full, spec, dtype, weights = inputs.full, inputs.spec, inputs.dtype, inputs.weights
+    build_s, trace, ids = inputs.build_s, inputs.trace, inputs.ids
     profile = sim_profile(trace, spec)
     local = load_hardware(cfg.hardware)
     placement = solve(cfg.solver, spec, profile, local, weight_dtype=task.dtype)
     decoders = build_decoders(weights, trace, list(task.engines))
     oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights
     predictors = {name: oracle for name in decoders if name != "dense"}
-    gen = torch.Generator().manual_seed(task.seed)
-    ids = torch.randint(0, spec.vocab_size, (bench.batch_size, bench.prompt_tokens),
-                        generator=gen)
     elem = torch.tensor([], dtype=dtype).element_size()
 
     def recalibrate() -> HardwareProfile:
