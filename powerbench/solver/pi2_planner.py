@@ -30,7 +30,6 @@ import numpy as np
 
 from powerbench.flash.cache import SegmentPlan, plan_segments
 from powerbench.hardware.hardware_profile import GB
-from powerbench.model.spec import bytes_per_param
 from powerbench.simulator.flash_io import FlashRates
 from powerbench.simulator.flash_tier import FlashPlan, FlashPolicy
 from powerbench.solver.phone_placement import CorePlan, PhonePlacement
@@ -43,17 +42,19 @@ from powerbench.solver.pi2_cores import (
     token_seconds,
 )
 from powerbench.solver.placement import CPU, DeviceBytes, PlacementInfeasibleError, SolverStats
-from powerbench.solver.problem import ByteModel, PlacementProblem, byte_model, resolve_context
+from powerbench.solver.problem import (
+    ByteModel,
+    PlacementProblem,
+    byte_model,
+    layer_predictor_bytes,
+    resolve_context,
+)
 
 
 def _predictor_bytes(cfg: PI2PlannerConfig, problem: PlacementProblem) -> np.ndarray:
-    spec = problem.spec
-    if cfg.strategy is PlanStrategy.mmap:
-        return np.zeros(spec.n_layers)
-    if problem.predictor_bytes is not None:
-        return np.asarray(problem.predictor_bytes, dtype=np.float64)
-    params = cfg.predictor_hidden * (spec.d_model + spec.neurons_per_layer)
-    return np.full(spec.n_layers, params * bytes_per_param(cfg.predictor_dtype))
+    if cfg.strategy is PlanStrategy.mmap:  # llama.cpp: dense, no predictors
+        return np.zeros(problem.spec.n_layers)
+    return layer_predictor_bytes(problem, cfg.predictor_hidden, cfg.predictor_dtype)
 
 
 def reads_per_neuron(bundle: Bundle, n_matrices: int) -> int:

@@ -115,10 +115,18 @@ def predictor_bytes(cfg: SolverConfig, problem: PlacementProblem) -> np.ndarray:
     spec = problem.spec
     if not isinstance(cfg, SparseSolverConfig):
         return np.zeros(spec.n_layers)
+    return layer_predictor_bytes(problem, cfg.predictor_hidden, cfg.predictor_dtype)
+
+
+def layer_predictor_bytes(problem: PlacementProblem, hidden: int,
+                          dtype: WeightDType) -> np.ndarray:
+    """The problem's measured per-layer predictor bytes, else an MLP d_model -> `hidden` ->
+    neurons per layer stored in `dtype`."""
+    spec = problem.spec
     if problem.predictor_bytes is not None:
         return np.asarray(problem.predictor_bytes, dtype=np.float64)
-    params = cfg.predictor_hidden * (spec.d_model + spec.neurons_per_layer)
-    return np.full(spec.n_layers, params * bytes_per_param(cfg.predictor_dtype))
+    params = hidden * (spec.d_model + spec.neurons_per_layer)
+    return np.full(spec.n_layers, params * bytes_per_param(dtype))
 
 
 def byte_model(cfg: SolverConfig, problem: PlacementProblem) -> ByteModel:
