@@ -29,8 +29,10 @@ class PrefillMode(StrEnum):
         densely on the accelerator; weights resident on the host are streamed over the link
         (llama.cpp's CUDA back-end rule for batches >= 32, inherited by PowerInfer).
     hybrid: the prompt goes through the decode cost model as one batch of P x B tokens
-        (each device computes its own neurons: the union over the prompt, or all in dense
-        mode). Also what CPU-only machines and short prompts always use.
+        (each device reads its own neurons in the union over the prompt, or all in dense
+        mode; FLOPs per `token_skip`). PowerInfer's neuron-aware operators do this
+        (`experiment/system=powerinfer`). Also what CPU-only machines and short prompts
+        always use.
     dense: like hybrid, but a prompt batch of at least `gpu_min_tokens` rows computes every
         neuron where it is placed (an engine that hands large batches to dense GEMMs, as
         our sparse CPU engine does from `dense_from_rows` rows).
@@ -120,6 +122,10 @@ class SimulatorConfig:
     predictor_hidden: int = 1024
     predictor_quality: PredictorQualityConfig = field(default_factory=PredictorQualityConfig)
     efficiency: KernelEfficiency = field(default_factory=KernelEfficiency)
+    # Sparse FLOPs count each row's own predicted neurons (PowerInfer's operators skip
+    # inactive (neuron, token) pairs); false: the union for every row (powerbench.ops).
+    # Bytes are the union either way. See powerbench.simulator.workload.
+    token_skip: bool = False
     cpu_threads: int | None = None  # None: every core of the host
     # Per-operator CPU overhead (barrier / dispatch), microseconds. None: the profile's
     # `thread_sync_s` with an accelerator present (our default 1 us if unmeasured), and its

@@ -8,7 +8,7 @@ stream is merged there):
                       key) pairs (the unit's attention-score rate, if it has one)
     predictor  on its device (sparse mode): its parameter bytes, 2 x params x rows FLOPs
     FFN        each device computes its own neurons (FFNWork): neurons x M_n bytes,
-               2 x params_per_neuron x neurons x rows FLOPs (+ cpu_sparse_call_us per
+               2 x params_per_neuron x (neuron, row) pairs FLOPs (+ cpu_sparse_call_us per
                sparse CPU call: the operator's fixed cost beyond one dispatch). When both devices hold neurons
                of the layer they run CONCURRENTLY:
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
@@ -178,9 +178,11 @@ class CostModel:
         return dev, float(self.dev[dev].time(nbytes / self.efficiency(dev, weights=False),
                                              2.0 * params * rows, self.ops[dev].predictor))
 
-    def ffn_device(self, dev: str, neurons: np.ndarray, rows: int) -> np.ndarray:
+    def ffn_device(self, dev: str, neurons: np.ndarray, token_neurons: np.ndarray) -> np.ndarray:
+        """FFN time on `dev`: `neurons` read once (the pass's union), `token_neurons`
+        (neuron, row) pairs computed (FFNWork)."""
         ops = self.ops[dev].ffn_sparse if self.sparse else self.ops[dev].ffn_dense
-        flops = 2.0 * self.spec.params_per_neuron * neurons * rows
+        flops = 2.0 * self.spec.params_per_neuron * token_neurons
         nbytes = neurons * self.neuron_bytes / self.efficiency(dev, self.sparse)
         t = self.dev[dev].time(nbytes, flops, ops)
         if self.sparse and dev == CPU and self.cfg.cpu_sparse_call_us:
@@ -237,11 +239,12 @@ class CostModel:
              layer: dict[str, np.ndarray], busy: dict[str, np.ndarray],
              cpu_bound: np.ndarray, read: dict[str, np.ndarray]) -> None:
         computed = {GPU: work.gpu_computed[:, i], CPU: work.cpu_computed[:, i]}
+        pairs = {GPU: work.gpu_token_computed[:, i], CPU: work.cpu_token_computed[:, i]}
         holds = {GPU: self.gpu_counts[i] > 0, CPU: self.cpu_counts[i] > 0}
         times = {}
         for dev in (GPU, CPU):
             if holds[dev]:
-                times[dev] = self.ffn_device(dev, computed[dev], shape.rows)
+                times[dev] = self.ffn_device(dev, computed[dev], pairs[dev])
                 busy[f"ffn@{dev}"][:, i] = times[dev]
                 read[dev] += computed[dev] * self.neuron_bytes
         other = CPU if home == GPU else GPU

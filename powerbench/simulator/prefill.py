@@ -3,11 +3,12 @@
 A prompt of P tokens x B rows is one forward pass of P x B rows. Nearly every FFN neuron
 fires for some token of a long prompt, so the prompt is compute-heavy and dense.
 
-`gpu_stream` (default, PrefillMode): PowerInfer computes long prompts densely on the GPU.
-Its engine is llama.cpp's, whose CUDA back end computes every matrix product of a batch of
-at least 32 rows on the GPU, copying host-resident weights over PCIe as it goes (llama.cpp
-`ggml_cuda_can_mul_mat`: ne0, ne1, ne10 >= 32); the llama.cpp baseline is the same engine,
-so both systems go through this rule. Per layer:
+`gpu_stream` (default, PrefillMode): llama.cpp computes long prompts densely on the GPU:
+its CUDA back end computes every matrix product of a batch of at least 32 rows on the GPU,
+copying host-resident weights over PCIe as it goes (llama.cpp `ggml_cuda_can_mul_mat`:
+ne0, ne1, ne10 >= 32). PowerInfer's FFN runs through its own neuron-aware operators
+(mul_mat_sparse / axpy: a predictor score per neuron and token), which that rule does not
+touch, so `experiment/system=powerinfer` uses `hybrid` with `token_skip`. Per layer:
 
     t = max(FLOPs / F_gpu, gpu-resident bytes / BW_gpu + host-resident bytes / BW_h2d,
             kernels x launch_s) + (K, V of the prompt back to the host if the layer's KV
@@ -16,7 +17,8 @@ so both systems go through this rule. Per layer:
 Streaming overlaps compute (max); the copy itself is the bottleneck for offloaded
 weights. Prompts shorter than `gpu_min_tokens` rows, CPU-only machines and
 `prefill.mode=hybrid` use the decode cost model instead (`CostModel.forward` on one pass
-of P x B rows: each device computes its own neurons, the union over the prompt).
+of P x B rows: each device reads its neurons in the union over the prompt and, with
+`token_skip`, computes each token's own).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def stream_prefill(model: CostModel, work: FFNWork, shape: PassShape) -> PassCos
         flops = (2.0 * spec.attn_params_per_layer * shape.rows
                  + gpu.score_flops_equivalent(
                      4.0 * spec.n_heads * spec.head_dim * shape.score_pairs)
-                 + 2.0 * spec.params_per_neuron * shape.rows
-                 * (work.gpu_computed[:, i] + work.cpu_computed[:, i]))
+                 + 2.0 * spec.params_per_neuron
+                 * (work.gpu_token_computed[:, i] + work.cpu_token_computed[:, i]))
         local = kv_bytes + work.gpu_computed[:, i] * model.neuron_bytes
         host = work.cpu_computed[:, i] * model.neuron_bytes
         if home == GPU:

@@ -77,24 +77,25 @@ def predictor_inputs(cfg: SimulatorConfig, spec: ModelSpec, placement: Placement
 
 def _work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
           mode: ComputeMode, rows: int, n_passes: int, offset: int,
-          ratio: np.ndarray) -> tuple[FFNWork, list[str]]:
+          ratio: np.ndarray, token_skip: bool = False) -> tuple[FFNWork, list[str]]:
     """FFN work of n_passes passes of `rows` tokens each (decode: rows = B)."""
     trace = profile.trace_tokens
     notes: list[str] = []
     if trace <= 0:
         notes.append("profile has no per-token traces: FFN work is the expectation from "
                      "neuron frequencies (no per-token variance)")
-        work = ffn_work(spec, profile, placement, mode, None, rows, ratio)
+        work = ffn_work(spec, profile, placement, mode, None, rows, ratio, token_skip)
         return work.take(np.zeros(n_passes, dtype=np.int64)), notes
     if rows > trace:
         notes.append(f"a pass of {rows} rows exceeds the {trace} trace tokens: its union "
                      "is taken over the whole trace")
         groups = token_groups(trace, trace, 1, offset)
-        work = ffn_work(spec, profile, placement, mode, groups, rows, ratio)
+        work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip)
         return work.take(np.zeros(n_passes, dtype=np.int64)), notes
     distinct, index = decode_passes(trace, rows, n_passes)
     groups = token_groups(trace, rows, distinct, offset)
-    return ffn_work(spec, profile, placement, mode, groups, rows, ratio).take(index), notes
+    work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip)
+    return work.take(index), notes
 
 
 def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.DataFrame:
@@ -171,7 +172,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     dense_prompt = (cfg.prefill.mode is PrefillMode.dense and sparse
                     and rows >= cfg.prefill.gpu_min_tokens)
     pre_mode = ComputeMode.dense if stream or dense_prompt else cfg.mode
-    pre_work, n1 = _work(spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio)
+    pre_work, n1 = _work(spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio,
+                       cfg.token_skip)
     pre_model = (CostModel(spec, placement, hw, replace(cfg, mode=ComputeMode.dense))
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
@@ -193,7 +195,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     notes += n1
     if n_steps > 0:
         dec_work, n2 = _work(spec, profile, placement, cfg.mode, batch, n_steps,
-                             cfg.trace_offset + rows, ratio)
+                             cfg.trace_offset + rows, ratio, cfg.token_skip)
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))

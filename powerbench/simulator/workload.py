@@ -10,12 +10,20 @@ E|union over r rows| = sum over neurons of 1 - (1 - p)^r.
 Sparse mode computes the union (times the predictor's predicted / true ratio, capped at
 what the device holds); dense mode computes every neuron the device holds (MoE: every
 neuron of the experts routed to any row).
+
+Bytes follow the union (each computed neuron's weights are read once per pass); FLOPs
+follow `*_token_computed`, the (neuron, row) pairs computed. Dense mode: every computed
+neuron for every row. Sparse mode: each row's own predicted neurons, as PowerInfer's
+neuron-aware operators skip a (neuron, token) pair whose predictor score is below the
+threshold (`ggml_compute_forward_mul_mat_sparse`: one predictor score per row and token);
+`SimulatorConfig.token_skip=false` charges the union for every row instead (our own
+`powerbench.ops` kernels).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -27,12 +35,15 @@ from powerbench.solver.placement import Placement
 
 @dataclass
 class FFNWork:
-    """Arrays [passes, layers]: neurons active (union) and computed on each device."""
+    """Arrays [passes, layers]: neurons active (union) and computed on each device, and
+    the (neuron, row) pairs each device computes (its FLOPs)."""
 
     gpu_active: np.ndarray
     cpu_active: np.ndarray
     gpu_computed: np.ndarray
     cpu_computed: np.ndarray
+    gpu_token_computed: np.ndarray
+    cpu_token_computed: np.ndarray
 
     @property
     def n_passes(self) -> int:
@@ -40,8 +51,7 @@ class FFNWork:
 
     def take(self, index: np.ndarray) -> FFNWork:
         """Rows `index` (decode steps that replay the same token group)."""
-        return FFNWork(self.gpu_active[index], self.cpu_active[index],
-                       self.gpu_computed[index], self.cpu_computed[index])
+        return FFNWork(*(getattr(self, f.name)[index] for f in fields(self)))
 
     def gpu_load_share(self) -> float:
         """Share of active (union) neurons that live on the GPU: the neuron-load split."""
@@ -86,12 +96,12 @@ def _side_counts(mask: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
              mode: ComputeMode, groups: np.ndarray | None, rows: int,
-             ratio: np.ndarray | None = None) -> FFNWork:
+             ratio: np.ndarray | None = None, token_skip: bool = False) -> FFNWork:
     """Per pass (row of `groups`, or one expected pass when the profile has no traces) and
     layer: union of active neurons and computed neurons on each device.
 
-    `rows`: tokens per pass (used by the expectation fallback); `ratio`: per-layer
-    predicted / true active (sparse mode), default 1.
+    `rows`: tokens per pass; `ratio`: per-layer predicted / true active (sparse mode),
+    default 1; `token_skip`: sparse FLOPs count each row's own neurons (module docstring).
     """
     n_layers = spec.n_layers
     if profile.n_layers != n_layers or placement.n_layers != n_layers:
@@ -102,6 +112,7 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
     shape = (n_passes, n_layers)
     gpu_act, cpu_act = np.zeros(shape), np.zeros(shape)
     gpu_cmp, cpu_cmp = np.zeros(shape), np.zeros(shape)
+    gpu_tok, cpu_tok = np.zeros(shape), np.zeros(shape)  # (neuron, row) pairs active
     experts = max(spec.n_experts, 1)
     for index, layer in enumerate(profile.layers):
         gpu = placement.gpu_mask(index)
@@ -112,12 +123,17 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
             assert masks is not None
             union = masks[groups].any(axis=1)  # [G, N]
             gpu_act[:, index], cpu_act[:, index] = _side_counts(union, gpu)
+            per_token_gpu, per_token_cpu = _side_counts(masks, gpu)
+            gpu_tok[:, index] = per_token_gpu[groups].sum(axis=1)
+            cpu_tok[:, index] = per_token_cpu[groups].sum(axis=1)
             dense = _moe_routed(union, experts) if experts > 1 else None
         else:  # expectation over independent tokens
             p = np.clip(layer.frequency, 0.0, 1.0)
             hit = 1.0 - (1.0 - p) ** rows
             gpu_act[:, index] = hit[gpu].sum()
             cpu_act[:, index] = hit.sum() - hit[gpu].sum()
+            gpu_tok[:, index] = rows * p[gpu].sum()
+            cpu_tok[:, index] = rows * (p.sum() - p[gpu].sum())
             dense = None
             if experts > 1:
                 share = 1.0 - (1.0 - spec.experts_per_token / experts) ** rows
@@ -133,4 +149,9 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
         else:
             gpu_cmp[:, index] = np.minimum(gpu_act[:, index] * ratio[index], gpu_total)
             cpu_cmp[:, index] = np.minimum(cpu_act[:, index] * ratio[index], cpu_total)
-    return FFNWork(gpu_act, cpu_act, gpu_cmp, cpu_cmp)
+    if mode is ComputeMode.dense or not token_skip:
+        gpu_tok, cpu_tok = gpu_cmp * rows, cpu_cmp * rows
+    else:
+        gpu_tok = np.minimum(gpu_tok * ratio, gpu_cmp * rows)
+        cpu_tok = np.minimum(cpu_tok * ratio, cpu_cmp * rows)
+    return FFNWork(gpu_act, cpu_act, gpu_cmp, cpu_cmp, gpu_tok, cpu_tok)

@@ -140,8 +140,31 @@ def test_compute_bound_when_flops_are_scarce():
     model = CostModel(spec, make_placement(spec, [np.arange(0)], attn=CPU, lm_head=CPU), hw,
                       zero_overhead_config())
     rows = 64
-    t = model.ffn_device(CPU, np.array([256.0]), rows)[0]
+    t = model.ffn_device(CPU, np.array([256.0]), np.array([256.0 * rows]))[0]
     assert t == pytest.approx(2 * 128 * 256 * rows / 1e9)  # 2 FLOP x params x rows
+
+
+def test_token_skip_charges_each_tokens_own_neurons():
+    """Two tokens with disjoint active sets: bytes follow the union (both sets), FLOPs the
+    (neuron, token) pairs with `token_skip` (PowerInfer's operators), else union x rows."""
+    spec = make_spec()
+    mask = np.zeros((2, 256), dtype=bool)
+    mask[0, 128:148] = True  # token 0: 20 CPU neurons
+    mask[1, 148:178] = True  # token 1: 30 others
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [mask])
+    groups = token_groups(2, 2, 1)
+    skip = ffn_work(spec, profile, placement, ComputeMode.sparse, groups, 2, token_skip=True)
+    union = ffn_work(spec, profile, placement, ComputeMode.sparse, groups, 2)
+    dense = ffn_work(spec, profile, placement, ComputeMode.dense, groups, 2, token_skip=True)
+    assert skip.cpu_computed[0, 0] == union.cpu_computed[0, 0] == 50
+    assert skip.cpu_token_computed[0, 0] == 20 + 30
+    assert union.cpu_token_computed[0, 0] == 50 * 2
+    assert dense.cpu_token_computed[0, 0] == 128 * 2  # dense: every neuron, every token
+    hw = make_hardware(cpu_flops=1e9)
+    model = CostModel(spec, placement, hw, zero_overhead_config())
+    t = model.ffn_device(CPU, skip.cpu_computed[:, 0], skip.cpu_token_computed[:, 0])[0]
+    assert t == pytest.approx(max(2 * 128 * 50 / 1e9, 50 * 128 * 2 / (10 * GB)))
 
 
 def test_stream_prefill_hand_computed():
