@@ -15,7 +15,8 @@
              npu: rate = peak int8 TOPS x npu_efficiency, NPU-only DRAM bandwidth, one graph
              launch per layer; cpu: every core's sustained FLOP/s, CPU-only bandwidth. The
              flash bytes: the prompt's computed neurons that miss the plan's cache state
-             after the warm tokens (flash_tier.replay's prompt pass).
+             after the warm tokens (flash_tier.replay's prompt pass); mmap (llama.cpp):
+             brought in by page faults (flash_tier.mmap_bandwidth), not at 512 KB.
 MoE: predictors are per expert; a token runs (and reads) those of its routed experts only.
 A placement without a flash plan (everything in DRAM) is simulated the same way, with no
 reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/phone.md).
@@ -42,6 +43,7 @@ from powerbench.simulator.flash_tier import (
     FlashTraffic,
     first_read_seconds,
     flash_seconds,
+    mmap_bandwidth,
     replay,
 )
 from powerbench.simulator.phone_config import PhoneSimConfig, PrefillUnit
@@ -116,9 +118,9 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
     both = hw.memory_of(hw.cpu).extra.get("both_gb_s")
     both_bw = both * 1e9 if both else hw.memory_of(hw.cpu).effective_bw
     flash_bw = np.inf
-    if plan is not None and rates is not None:
-        block = plan.block_bytes if plan.policy is FlashPolicy.mmap else LARGE_BLOCK
-        flash_bw = rates.bandwidth(block, random=False, core=plan.io_core)
+    if plan is not None and rates is not None:  # mmap: the prompt's page faults
+        flash_bw = (mmap_bandwidth(plan, rates) if plan.policy is FlashPolicy.mmap
+                    else rates.bandwidth(LARGE_BLOCK, random=False, core=plan.io_core))
     rows = shape.rows
     flops = (2.0 * spec.attn_params_per_layer * rows
              + 4.0 * spec.n_heads * spec.head_dim * shape.score_pairs

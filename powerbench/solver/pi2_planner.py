@@ -13,7 +13,9 @@ its baselines), from model, hardware and a DRAM budget.
    llmflash: the whole neuron cache is LRU, one neuron per read, gate read apart
        (bundle=up_down);
    mmap: llama.cpp's page cache: one LRU over all layers of `mmap_block_kb` blocks
-       (replayed per token by the simulator, powerbench.simulator.page_cache).
+       (replayed per token by the simulator, powerbench.simulator.page_cache); misses are
+       page faults taken by the compute threads themselves (flash_tier.mmap_bandwidth):
+       all compute cores issue, at the class most of them are, `fault_seconds` each.
 3. Cores (powerbench.solver.pi2_cores): decode computes on the fastest CPU clusters whose
    sustained FLOP/s covers the CPU's DRAM bandwidth for the weights' arithmetic intensity
    (decode is memory-bound, so more cores add nothing); flash reads are issued from an idle
@@ -129,7 +131,7 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
         io = max(options, key=lambda o: o.compute_flops)  # no reads: lose no compute
         decisions["flash"] = "none: every FFN neuron fits the budget"
     cores = CorePlan(tuple(c.name for c in compute.clusters), io.compute_flops,
-                     io.core_class, cfg.io_cores)
+                     io.core_class, flash.io_cores if flash is not None else cfg.io_cores)
     decisions |= {"io_core": io.core_class, "io_core_placement": io.label,
                   "compute_gflops": io.compute_flops / 1e9}
     n = bm.n_layers
@@ -146,6 +148,14 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
                           backend="pi2_planner", extra=decisions),
         flash=flash, cores=cores, dram_budget_bytes=budget,
         resident_ffn_share=capacity / (bm.n_layers * bm.neurons))
+
+
+def fault_seconds(cfg: PI2PlannerConfig) -> float:
+    """Kernel time one mmap readahead window costs its faulting thread: one major fault
+    (which issues the window's read) + minor faults mapping the rest of the window
+    (fault-around maps `mmap_fault_around_kb` per fault). Constants: conf/solver."""
+    around = max(cfg.mmap_block_kb / cfg.mmap_fault_around_kb, 1.0)
+    return (cfg.mmap_major_fault_us + (around - 1.0) * cfg.mmap_minor_fault_us) * 1e-6
 
 
 def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel) -> float:
@@ -171,9 +181,12 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
     n_layers, n = bm.n_layers, bm.neurons
     n_matrices = spec.ffn_kind.n_matrices
     if cfg.strategy is PlanStrategy.mmap:
-        # llama.cpp's reads are page faults on its compute threads, sequential readahead:
-        # the issuing class does not change their bandwidth, so lose no compute
-        io = max(options, key=lambda o: o.compute_flops)
+        # llama.cpp's reads are page faults taken by its compute threads: every compute
+        # core issues (one synchronous read each), no core is given up to I/O
+        threads = sum(c.cores for c in compute.clusters)
+        major = max(compute.clusters, key=lambda c: c.cores).core_class
+        io = IOOption(major, None, compute.flops)
+        fault = fault_seconds(cfg)
         block = cfg.mmap_block_kb * 1024.0
         per_block = max(1, int(round(block / bm.neuron_bytes)))
         pages = capacity // per_block
@@ -182,10 +195,13 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
                           lru=(0,) * n_layers)
         decisions["flash"] = (f"mmap: an LRU page cache of {pages} of {units} blocks "
                               f"({per_block} neurons, {cfg.mmap_block_kb:g} KB readahead) "
-                              f"over all layers; misses are paged in every token")
+                              f"over all layers; misses are page faults of the {threads} "
+                              f"compute threads ({major} class, queue depth 1 each, "
+                              f"{fault * 1e6:.1f} us kernel time per window)")
+        decisions["fault_threads"] = threads
         return FlashPlan(FlashPolicy.mmap, per_block, seg, bm.neuron_bytes, 1, block,
-                         io.core_class, cfg.io_cores, cfg.warm_tokens,
-                         page_cache_units=pages), io
+                         io.core_class, threads, cfg.warm_tokens,
+                         page_cache_units=pages, fault_s=fault), io
     rates = FlashRates.from_hardware(hw)
     freq = problem.frequencies
     llmflash = cfg.strategy is PlanStrategy.llmflash

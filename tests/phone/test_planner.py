@@ -36,6 +36,11 @@ def test_planner_respects_the_dram_budget(bamboo, strategy, budget):
         assert p.flash.segments.n_hot == 0 and p.flash.reads_per_neuron == 2
     if strategy == "powerinfer2":
         assert p.flash.segments.n_hot > 0 and p.flash.reads_per_neuron == 1
+    if strategy == "mmap":  # page faults on the 6 compute threads (1 X4 + 5 A720: mid)
+        assert p.flash.io_cores == p.cores.io_cores == 6 and p.flash.io_core == "mid"
+        # one major fault (5 us) + one fault-around minor fault (1 us) per 128 KB window
+        assert p.flash.fault_s == pytest.approx(6e-6)
+        assert p.cores.compute_flops == pytest.approx(52.7e9 + 119.8e9, rel=0.01)
 
 
 def test_whole_model_fits_no_flash_and_decode_cores_cover_bandwidth(bamboo):
