@@ -131,7 +131,8 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
         io = max(options, key=lambda o: o.compute_flops)  # no reads: lose no compute
         decisions["flash"] = "none: every FFN neuron fits the budget"
     cores = CorePlan(tuple(c.name for c in compute.clusters), io.compute_flops,
-                     io.core_class, flash.io_cores if flash is not None else cfg.io_cores)
+                     io.core_class, flash.io_cores if flash is not None else cfg.io_cores,
+                     io_flops=compute.flops - io.compute_flops if flash is not None else 0.0)
     decisions |= {"io_core": io.core_class, "io_core_placement": io.label,
                   "compute_gflops": io.compute_flops / 1e9}
     n = bm.n_layers
@@ -158,9 +159,10 @@ def fault_seconds(cfg: PI2PlannerConfig) -> float:
     return (cfg.mmap_major_fault_us + (around - 1.0) * cfg.mmap_minor_fault_us) * 1e-6
 
 
-def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel) -> float:
-    """The planner's estimate of a token's DRAM time at full bandwidth: attention, output
-    projection, predictors and the FFN bytes a token computes (sparse: the profiled
+def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel
+                    ) -> tuple[float, float]:
+    """The planner's estimate of a token's DRAM time at full bandwidth, (attention + output
+    projection + predictors, the FFN bytes a token computes) (sparse: the profiled
     frequencies; mmap, dense: every neuron of the routed experts). Not the simulator's
     cost: no kernel efficiencies, no per-call overheads."""
     spec = problem.spec
@@ -170,8 +172,8 @@ def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteMo
         ffn = float(sum(f.sum() for f in problem.frequencies)) * bm.neuron_bytes
     # MoE: per-expert predictors, a token runs its routed experts' only (as simulator=phone)
     pred = float(bm.predictor.sum()) * spec.experts_per_token / max(spec.n_experts, 1)
-    total = bm.n_layers * bm.attn + bm.lm_head + pred + ffn
-    return total / problem.hardware.bandwidth(problem.hardware.cpu)
+    bw = problem.hardware.bandwidth(problem.hardware.cpu)
+    return (bm.n_layers * bm.attn + bm.lm_head + pred) / bw, ffn / bw
 
 
 def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
@@ -222,8 +224,8 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
         for opt in options:
             io_s = float(rates.read_time(misses * reads, k * bm.neuron_bytes / reads,
                                          core=opt.core_class, issuers=cfg.io_cores))
-            scores[(k, opt.label)] = (io_s, token_seconds(t_c, compute.need_flops,
-                                                          opt.compute_flops, io_s, pipelined))
+            scores[(k, opt.label)] = (io_s, token_seconds(
+                t_c, compute.need_flops, compute.flops, opt.compute_flops, io_s, pipelined))
     k, label = min(scores, key=lambda key: scores[key][1])
     io = next(o for o in options if o.label == label)
     units = -(-n // k)
@@ -240,7 +242,8 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
                               for c in sizes for o in options},
         "io_core_rule": (f"least estimated token time over I/O core options and cluster "
                          f"sizes ({'max' if pipelined else 'sum'} of compute "
-                         f"{t_c * 1e3:.1f} ms at full FLOP/s and flash reads)")})
+                         f"{sum(t_c) * 1e3:.1f} ms at full FLOP/s, the I/O core lost to "
+                         f"the FFN only, and flash reads)")})
     return FlashPlan(FlashPolicy.segmented, k, seg, bm.neuron_bytes, reads,
                      io_core=io.core_class, io_cores=cfg.io_cores,
                      warm_tokens=cfg.warm_tokens), io
