@@ -10,18 +10,20 @@ the cache policy are the ones simulator=phone replays (powerbench.simulator.flas
 plan_segments + SegmentedNeuronCache), so the predicted traffic (MB/token, hit rates) is a
 direct check of the replay against the engine.
 
-Time per token: per layer max(compute, reads) + one read's latency (the engine's pipeline)
-with
-    compute  the MEASURED in-DRAM sparse engine's time per token / layers (an input from the
-             same report: the `local` profile's cost model has no FFN-only sparse path
-             calibrated for this engine, so compute is not predicted here)
-    reads    missed bytes / the MEASURED random-read bandwidth at the cluster size and the
-             engine's queue depth (the report's storage line; `local.yaml` has no flash tier
-             and the phone's per-core-class UFS model does not apply to this disk);
-             latency: the report's queue-depth-1 latency at that size.
-The engine coalesces adjacent missed clusters into reads of up to 1 MB; we charge one
-read per cluster (as simulator=phone does), so the prediction's read time is an upper
-bound where misses are contiguous.
+Time per token (`engine_costs`, the default): per layer call
+    fixed + per_active x computed neurons + per_miss x missed clusters
+    + per_task x min(io_threads, missed clusters)
+with the unit costs MEASURED by a microbenchmark of the engine's own layer path on a small
+4-layer model of the same layer shape (powerbench.flash.overheads, cached per machine):
+the Python planning, the kernel on cache slots and the reads as the engine achieves them
+on this machine's cores. The counts (computed neurons, misses) are the replay's. Nothing
+is taken from the benchmark report being predicted except its measured rows (compared).
+
+`storage` (the earlier model, kept for comparison): per layer max(compute, reads) + one
+read's latency with compute = the MEASURED in-DRAM sparse engine's time per token / layers
+and reads = missed bytes / the storage microbenchmark's random-read bandwidth at the
+cluster size (qd16) + its qd1 latency; it leaves out the engine's planning and its
+slower compute under concurrent reads, so it over-predicts (+94..+226% in the first run).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pandas as pd
 
 from powerbench.flash.bench import BenchShape, synthetic_profile_for
 from powerbench.flash.cache import plan_segments
+from powerbench.flash.overheads import EngineCosts, engine_costs
 from powerbench.simulator.flash_tier import FlashPlan, FlashPolicy, replay
 
 WARMUP, TOKENS, ROUNDS, HOT, SEED = 16, 32, 3, 0.5, 0  # run_flash_bench's defaults
@@ -67,7 +70,10 @@ def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measure
 
 
 def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
-            shape: BenchShape | None = None) -> pd.DataFrame:
+            shape: BenchShape | None = None, costs: EngineCosts | None = None
+            ) -> pd.DataFrame:
+    """Per budget: predicted vs measured. `costs`: the engine's measured unit costs (module
+    docstring); None: the storage model (`storage_tok_s` only)."""
     shape = shape or BenchShape()
     profile = synthetic_profile_for(shape, WARMUP + TOKENS * ROUNDS, SEED)
     n, L = shape.d_ffn, shape.n_layers
@@ -83,7 +89,10 @@ def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
         io = t.bytes / measured.read_bw
         step = (np.maximum(comp, io) + np.where(io > 0, measured.read_latency_s, 0.0)).sum(1)
         rates = t.hit_rates()
-        row = {"budget": b, "pred_tok_s": 1.0 / step.mean(),
+        storage_tok_s = 1.0 / step.mean()
+        if costs is not None:  # lookups = computed neurons (1-neuron clusters), reads = misses
+            step = costs.call_seconds(t.lookups, t.reads).sum(1)
+        row = {"budget": b, "pred_tok_s": 1.0 / step.mean(), "storage_tok_s": storage_tok_s,
                "pred_mb_tok": t.bytes.sum(1).mean() / 1e6, "pred_hot": rates["hot"],
                "pred_lru": rates["lru"], "pred_io_ms": io.sum(1).mean() * 1e3}
         meas = measured.rows.get(b)
@@ -99,7 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     report = Path(args[0] if args else "results/flash_bench.txt")
     out = Path(args[1] if len(args) > 1 else "results/flash_predict_local.csv")
-    table = predict(parse_report(report.read_text()))
+    costs = engine_costs()
+    print(f"engine unit costs ({costs.measured_at}, load {costs.loadavg}): fixed "
+          f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
+          f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task (median fit error "
+          f"{costs.median_rel_error:.0%} over {costs.calls} calls)")
+    table = predict(parse_report(report.read_text()), costs=costs)
     table.to_csv(out, index=False, float_format="%.4g")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"written: {out}")

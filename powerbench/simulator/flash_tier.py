@@ -14,7 +14,16 @@ FFN stays in DRAM:
                 parts is an LRU page cache of `page_cache_units` blocks of
                 `cluster_neurons` neurons (one readahead window, `block_bytes`) over all
                 layers (powerbench.simulator.page_cache); every token pages in the
-                blocks of its computed neurons that miss, as sequential reads.
+                blocks of its computed neurons that miss, as page faults (below).
+
+Page faults (mmap): each missed readahead window is one major fault served synchronously
+on the compute thread that touched it: the thread blocks while the kernel issues the
+window as ONE random read and waits for it (queue depth 1 per faulting thread). The
+`io_cores` compute threads fault at once, so they share UFS's one command queue
+(FlashRates.queue_factor) at the random-read bandwidth of the window size from their core
+class; each window also costs the faulting thread `fault_s` of kernel time (the major
+fault + the fault-around minor faults that map the rest of the window), in parallel
+across the threads. Bytes / s paged in: `mmap_bandwidth`.
 
 `replay` gives per decode step and layer the reads and bytes (FlashTraffic), and for an
 optional prompt pass before them the bytes its computed neurons miss (a segmented cache
@@ -53,6 +62,7 @@ class FlashPlan:
     io_cores: int = 1  # cores issuing reads at once (one UFS command queue)
     warm_tokens: int = 64  # trace tokens replayed before the measured steps (not counted)
     page_cache_units: int = 0  # mmap: blocks (of cluster_neurons) the LRU page cache holds
+    fault_s: float = 0.0  # mmap: kernel CPU seconds per readahead window paged in
 
     @property
     def cluster_bytes(self) -> float:
@@ -154,12 +164,24 @@ def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray
     return out
 
 
+def mmap_bandwidth(plan: FlashPlan, rates: FlashRates) -> float:
+    """Bytes/s llama.cpp's page faults bring in (module docstring): `io_cores` threads,
+    each with one synchronous readahead-window read outstanding, share the command queue,
+    and each window costs its thread `fault_s` of kernel time:
+        seconds per window = block / B(block, random, io_core, io_cores) + fault_s / io_cores
+    """
+    n = max(int(plan.io_cores), 1)
+    device = plan.block_bytes / rates.bandwidth(plan.block_bytes, random=True,
+                                                core=plan.io_core, issuers=n)
+    return float(plan.block_bytes / (device + plan.fault_s / n))
+
+
 def flash_seconds(plan: FlashPlan, traffic: FlashTraffic, rates: FlashRates) -> np.ndarray:
     """[steps, layers] seconds reading from flash: random reads of one cluster's matrix
-    group each (segmented), or sequential readahead blocks (mmap); one command queue."""
+    group each (segmented), or page faults of readahead windows (mmap: mmap_bandwidth);
+    one command queue."""
     if plan.policy is FlashPolicy.mmap:
-        return traffic.bytes / rates.bandwidth(plan.block_bytes, random=False,
-                                               core=plan.io_core, issuers=plan.io_cores)
+        return traffic.bytes / mmap_bandwidth(plan, rates)
     block = plan.cluster_bytes / plan.reads_per_neuron
     return rates.read_time(traffic.reads, block, random=True, core=plan.io_core,
                            issuers=plan.io_cores)
@@ -168,8 +190,8 @@ def flash_seconds(plan: FlashPlan, traffic: FlashTraffic, rates: FlashRates) -> 
 def first_read_seconds(plan: FlashPlan, rates: FlashRates) -> float:
     """One read's latency: what an I/O-compute pipeline cannot hide per layer (the first
     cluster must arrive before its computation starts)."""
-    if plan.policy is FlashPolicy.mmap:
-        return float(plan.block_bytes / rates.bandwidth(plan.block_bytes, random=False,
-                                                        core=plan.io_core))
+    if plan.policy is FlashPolicy.mmap:  # one fault: the window's read + kernel time
+        return float(plan.block_bytes / rates.bandwidth(plan.block_bytes, random=True,
+                                                        core=plan.io_core) + plan.fault_s)
     block = plan.cluster_bytes / plan.reads_per_neuron
     return float(rates.read_time(plan.reads_per_neuron, block, core=plan.io_core))

@@ -2,7 +2,8 @@
 
     decode   the per-token cost model (powerbench.simulator.cost) on the CPU clusters the
              plan assigns (PhonePlacement.cores: their sustained FLOP/s, CPU-only DRAM
-             bandwidth); per layer, the flash reads of the computed neurons that are not
+             bandwidth; an I/O core taken from them is lost to the FFN of layers with
+             reads only, CorePlan.io_flops); per layer, the flash reads of the computed neurons that are not
              resident (flash_tier.replay on the profile's per-token traces through the
              plan's cache policy; MoE: only routed experts' neurons are computed, so only
              they are read). FFN time per layer:
@@ -15,7 +16,8 @@
              npu: rate = peak int8 TOPS x npu_efficiency, NPU-only DRAM bandwidth, one graph
              launch per layer; cpu: every core's sustained FLOP/s, CPU-only bandwidth. The
              flash bytes: the prompt's computed neurons that miss the plan's cache state
-             after the warm tokens (flash_tier.replay's prompt pass).
+             after the warm tokens (flash_tier.replay's prompt pass); mmap (llama.cpp):
+             brought in by page faults (flash_tier.mmap_bandwidth), not at 512 KB.
 MoE: predictors are per expert; a token runs (and reads) those of its routed experts only.
 A placement without a flash plan (everything in DRAM) is simulated the same way, with no
 reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/phone.md).
@@ -42,6 +44,7 @@ from powerbench.simulator.flash_tier import (
     FlashTraffic,
     first_read_seconds,
     flash_seconds,
+    mmap_bandwidth,
     replay,
 )
 from powerbench.simulator.phone_config import PhoneSimConfig, PrefillUnit
@@ -116,9 +119,9 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
     both = hw.memory_of(hw.cpu).extra.get("both_gb_s")
     both_bw = both * 1e9 if both else hw.memory_of(hw.cpu).effective_bw
     flash_bw = np.inf
-    if plan is not None and rates is not None:
-        block = plan.block_bytes if plan.policy is FlashPolicy.mmap else LARGE_BLOCK
-        flash_bw = rates.bandwidth(block, random=False, core=plan.io_core)
+    if plan is not None and rates is not None:  # mmap: the prompt's page faults
+        flash_bw = (mmap_bandwidth(plan, rates) if plan.policy is FlashPolicy.mmap
+                    else rates.bandwidth(LARGE_BLOCK, random=False, core=plan.io_core))
     rows = shape.rows
     flops = (2.0 * spec.attn_params_per_layer * rows
              + 4.0 * spec.n_heads * spec.head_dim * shape.score_pairs
@@ -152,8 +155,9 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     if sparse and spec.n_experts > 1:  # MoE: per-expert predictors, only the routed run
         model.predictor_bytes = model.predictor_bytes * spec.experts_per_token / spec.n_experts
     cores = getattr(placement, "cores", None)
-    if cores is not None:  # decode on the plan's CPU clusters
-        model.dev[CPU] = replace(model.dev[CPU], flops=cores.compute_flops)
+    if cores is not None:  # decode on the plan's CPU clusters (the I/O core computes too
+        # outside the FFN's reads; below)
+        model.dev[CPU] = replace(model.dev[CPU], flops=cores.compute_flops + cores.io_flops)
     plan: FlashPlan | None = getattr(placement, "flash", None)
     rates = FlashRates.from_hardware(hw) if plan is not None else None
     notes = [f"simulated {cfg.mode.value} compute of {spec.name} ({placement.weight_dtype}) "
@@ -191,6 +195,18 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(work, PassShape.decode(context, batch))
+        if traffic is not None and cores is not None and cores.io_flops > 0:
+            # an I/O core taken from the compute set: the FFN of a layer with reads runs
+            # without it (the reads are in flight), the rest of the token with it
+            full = model.dev[CPU]
+            model.dev[CPU] = replace(full, flops=cores.compute_flops)
+            during = model.forward(work, PassShape.decode(context, batch))
+            model.dev[CPU] = full
+            with_reads = io > 0
+            for key, parts in (("ffn", dec.layer), ("ffn@cpu", dec.busy)):
+                if key in parts:
+                    src = during.layer if parts is dec.layer else during.busy
+                    parts[key] = np.where(with_reads, src[key], parts[key])
         if traffic is None:
             io = np.zeros_like(dec.layer["ffn"])
         else:

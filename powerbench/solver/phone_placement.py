@@ -17,9 +17,12 @@ class CorePlan:
     """CPU clusters decode computes on, their sustained FLOP/s, and the flash issuers."""
 
     compute_clusters: tuple[str, ...]
-    compute_flops: float
+    compute_flops: float  # while a layer's flash reads are in flight
     io_core: str  # class: big | mid | little
     io_cores: int
+    # FLOP/s the I/O thread(s) take from the compute set while reads are in flight; the rest
+    # of the token (attention, predictors, layers without reads) runs on compute + io_flops
+    io_flops: float = 0.0
 
 
 @dataclass

@@ -48,6 +48,10 @@ class PI2PlannerConfig(SolverConfig):
     io_core: str | None = None  # big | mid | little (None: planner)
     io_cores: int = 1  # cores issuing flash reads at once
     mmap_block_kb: float = 128.0  # llama.cpp: bytes per page-in (readahead)
+    # llama.cpp page faults (kernel time per fault; sources in conf/solver/pi2_planner.yaml)
+    mmap_major_fault_us: float = 5.0
+    mmap_minor_fault_us: float = 1.0
+    mmap_fault_around_kb: float = 64.0
     warm_tokens: int = 64
     predictor_hidden: int = 1024
     predictor_dtype: WeightDType = WeightDType("fp16")
@@ -60,6 +64,9 @@ class PI2PlannerConfig(SolverConfig):
         coerce_enums(self)
         if not 0.0 <= self.hot_share <= 1.0:
             raise ValueError(f"solver.hot_share must be in [0, 1], got {self.hot_share}")
+        if min(self.mmap_major_fault_us, self.mmap_minor_fault_us) < 0 or \
+                self.mmap_fault_around_kb <= 0 or self.mmap_block_kb <= 0:
+            raise ValueError("solver.mmap_*: fault costs must be >= 0 and sizes > 0")
         if self.dram_budget_gb is not None and self.dram_budget_gb <= 0:
             raise ValueError(f"solver.dram_budget_gb must be > 0, got {self.dram_budget_gb}")
 

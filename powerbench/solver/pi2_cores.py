@@ -10,10 +10,16 @@ I/O thread is either put on an idle core (no compute lost, but maybe a slow clas
 core taken from the compute set (faster reads, less decode FLOP/s). Each option is scored
 with the planner's per-token estimate
 
-    t_compute = bytes touched per token / CPU DRAM bandwidth * max(1, need / FLOP/s left)
+    t_other   = attention, predictor, output bytes / CPU DRAM BW * max(1, need / FLOP/s)
+    t_ffn     = FFN bytes touched per token / CPU DRAM BW * max(1, need / FLOP/s left)
     t_io      = expected missed clusters x read time from that core class (flash_io)
-    t_token   = max(t_compute, t_io) with the I/O-compute pipeline (powerinfer2),
-                t_compute + t_io without (llmflash, mmap)
+    t_token   = t_other + max(t_ffn, t_io) with the I/O-compute pipeline (powerinfer2),
+                t_other + t_ffn + t_io without (llmflash, mmap)
+
+An I/O core taken from a computing cluster is lost only while reads are in flight (the
+FFN phase): the reads of a layer are issued after its predictor has run, so during
+attention and the predictors the I/O thread has nothing to issue and the core computes
+(simulator=phone charges the same: CorePlan.io_flops).
 
 and the least wins (jointly with the cluster size, pi2_planner). The scores are logged.
 """
@@ -123,8 +129,10 @@ def io_options(cfg: PI2PlannerConfig, hw: HardwareProfile, compute: ComputeSet
     return list(out.values())
 
 
-def token_seconds(compute_s: float, need: float, flops: float, io_s: float,
-                  pipelined: bool) -> float:
-    """The planner's per-token estimate (module docstring)."""
-    t_c = compute_s * max(1.0, need / max(flops, 1.0))
-    return max(t_c, io_s) if pipelined else t_c + io_s
+def token_seconds(compute_s: tuple[float, float], need: float, full_flops: float,
+                  flops: float, io_s: float, pipelined: bool) -> float:
+    """The planner's per-token estimate (module docstring); compute_s = (other, FFN)
+    seconds at full FLOP/s, `full_flops` the compute set's, `flops` what the FFN keeps."""
+    other = compute_s[0] * max(1.0, need / max(full_flops, 1.0))
+    ffn = compute_s[1] * max(1.0, need / max(flops, 1.0))
+    return other + (max(ffn, io_s) if pipelined else ffn + io_s)

@@ -13,7 +13,9 @@ its baselines), from model, hardware and a DRAM budget.
    llmflash: the whole neuron cache is LRU, one neuron per read, gate read apart
        (bundle=up_down);
    mmap: llama.cpp's page cache: one LRU over all layers of `mmap_block_kb` blocks
-       (replayed per token by the simulator, powerbench.simulator.page_cache).
+       (replayed per token by the simulator, powerbench.simulator.page_cache); misses are
+       page faults taken by the compute threads themselves (flash_tier.mmap_bandwidth):
+       all compute cores issue, at the class most of them are, `fault_seconds` each.
 3. Cores (powerbench.solver.pi2_cores): decode computes on the fastest CPU clusters whose
    sustained FLOP/s covers the CPU's DRAM bandwidth for the weights' arithmetic intensity
    (decode is memory-bound, so more cores add nothing); flash reads are issued from an idle
@@ -129,7 +131,8 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
         io = max(options, key=lambda o: o.compute_flops)  # no reads: lose no compute
         decisions["flash"] = "none: every FFN neuron fits the budget"
     cores = CorePlan(tuple(c.name for c in compute.clusters), io.compute_flops,
-                     io.core_class, cfg.io_cores)
+                     io.core_class, flash.io_cores if flash is not None else cfg.io_cores,
+                     io_flops=compute.flops - io.compute_flops if flash is not None else 0.0)
     decisions |= {"io_core": io.core_class, "io_core_placement": io.label,
                   "compute_gflops": io.compute_flops / 1e9}
     n = bm.n_layers
@@ -148,9 +151,18 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
         resident_ffn_share=capacity / (bm.n_layers * bm.neurons))
 
 
-def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel) -> float:
-    """The planner's estimate of a token's DRAM time at full bandwidth: attention, output
-    projection, predictors and the FFN bytes a token computes (sparse: the profiled
+def fault_seconds(cfg: PI2PlannerConfig) -> float:
+    """Kernel time one mmap readahead window costs its faulting thread: one major fault
+    (which issues the window's read) + minor faults mapping the rest of the window
+    (fault-around maps `mmap_fault_around_kb` per fault). Constants: conf/solver."""
+    around = max(cfg.mmap_block_kb / cfg.mmap_fault_around_kb, 1.0)
+    return (cfg.mmap_major_fault_us + (around - 1.0) * cfg.mmap_minor_fault_us) * 1e-6
+
+
+def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel
+                    ) -> tuple[float, float]:
+    """The planner's estimate of a token's DRAM time at full bandwidth, (attention + output
+    projection + predictors, the FFN bytes a token computes) (sparse: the profiled
     frequencies; mmap, dense: every neuron of the routed experts). Not the simulator's
     cost: no kernel efficiencies, no per-call overheads."""
     spec = problem.spec
@@ -160,8 +172,8 @@ def compute_seconds(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteMo
         ffn = float(sum(f.sum() for f in problem.frequencies)) * bm.neuron_bytes
     # MoE: per-expert predictors, a token runs its routed experts' only (as simulator=phone)
     pred = float(bm.predictor.sum()) * spec.experts_per_token / max(spec.n_experts, 1)
-    total = bm.n_layers * bm.attn + bm.lm_head + pred + ffn
-    return total / problem.hardware.bandwidth(problem.hardware.cpu)
+    bw = problem.hardware.bandwidth(problem.hardware.cpu)
+    return (bm.n_layers * bm.attn + bm.lm_head + pred) / bw, ffn / bw
 
 
 def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
@@ -171,9 +183,12 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
     n_layers, n = bm.n_layers, bm.neurons
     n_matrices = spec.ffn_kind.n_matrices
     if cfg.strategy is PlanStrategy.mmap:
-        # llama.cpp's reads are page faults on its compute threads, sequential readahead:
-        # the issuing class does not change their bandwidth, so lose no compute
-        io = max(options, key=lambda o: o.compute_flops)
+        # llama.cpp's reads are page faults taken by its compute threads: every compute
+        # core issues (one synchronous read each), no core is given up to I/O
+        threads = sum(c.cores for c in compute.clusters)
+        major = max(compute.clusters, key=lambda c: c.cores).core_class
+        io = IOOption(major, None, compute.flops)
+        fault = fault_seconds(cfg)
         block = cfg.mmap_block_kb * 1024.0
         per_block = max(1, int(round(block / bm.neuron_bytes)))
         pages = capacity // per_block
@@ -182,10 +197,13 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
                           lru=(0,) * n_layers)
         decisions["flash"] = (f"mmap: an LRU page cache of {pages} of {units} blocks "
                               f"({per_block} neurons, {cfg.mmap_block_kb:g} KB readahead) "
-                              f"over all layers; misses are paged in every token")
+                              f"over all layers; misses are page faults of the {threads} "
+                              f"compute threads ({major} class, queue depth 1 each, "
+                              f"{fault * 1e6:.1f} us kernel time per window)")
+        decisions["fault_threads"] = threads
         return FlashPlan(FlashPolicy.mmap, per_block, seg, bm.neuron_bytes, 1, block,
-                         io.core_class, cfg.io_cores, cfg.warm_tokens,
-                         page_cache_units=pages), io
+                         io.core_class, threads, cfg.warm_tokens,
+                         page_cache_units=pages, fault_s=fault), io
     rates = FlashRates.from_hardware(hw)
     freq = problem.frequencies
     llmflash = cfg.strategy is PlanStrategy.llmflash
@@ -206,8 +224,8 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
         for opt in options:
             io_s = float(rates.read_time(misses * reads, k * bm.neuron_bytes / reads,
                                          core=opt.core_class, issuers=cfg.io_cores))
-            scores[(k, opt.label)] = (io_s, token_seconds(t_c, compute.need_flops,
-                                                          opt.compute_flops, io_s, pipelined))
+            scores[(k, opt.label)] = (io_s, token_seconds(
+                t_c, compute.need_flops, compute.flops, opt.compute_flops, io_s, pipelined))
     k, label = min(scores, key=lambda key: scores[key][1])
     io = next(o for o in options if o.label == label)
     units = -(-n // k)
@@ -224,7 +242,8 @@ def _flash_plan(cfg: PI2PlannerConfig, problem: PlacementProblem, bm: ByteModel,
                               for c in sizes for o in options},
         "io_core_rule": (f"least estimated token time over I/O core options and cluster "
                          f"sizes ({'max' if pipelined else 'sum'} of compute "
-                         f"{t_c * 1e3:.1f} ms at full FLOP/s and flash reads)")})
+                         f"{sum(t_c) * 1e3:.1f} ms at full FLOP/s, the I/O core lost to "
+                         f"the FFN only, and flash reads)")})
     return FlashPlan(FlashPolicy.segmented, k, seg, bm.neuron_bytes, reads,
                      io_core=io.core_class, io_cores=cfg.io_cores,
                      warm_tokens=cfg.warm_tokens), io

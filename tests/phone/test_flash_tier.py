@@ -12,7 +12,9 @@ from powerbench.simulator.flash_io import KB, FlashRates
 from powerbench.simulator.flash_tier import (
     FlashPlan,
     FlashPolicy,
+    first_read_seconds,
     flash_seconds,
+    mmap_bandwidth,
     replay,
 )
 from powerbench.simulator.page_cache import PageCacheLRU
@@ -148,3 +150,22 @@ def test_moe_dense_computes_and_reads_only_routed_experts():
     assert sparse.sum() == 2
     t = replay(_mmap(0), [dense])
     assert t.bytes[:, 0].tolist() == [4 * 6 * KB, 4 * 6 * KB]  # one expert each, not both
+
+
+def test_mmap_page_faults_are_synchronous_random_reads_sharing_the_queue():
+    """llama.cpp's misses: one 128 KB random read per window on each of n faulting
+    threads (one command queue: 1 - 0.4 (1 - 1/n) of the bandwidth), plus the kernel
+    time per window spread over the threads; slower than the old sequential charge."""
+    seg = SegmentPlan(hot=(np.arange(0),), lru=(0,))
+    base = dict(cluster_neurons=1, segments=seg, neuron_bytes=128 * KB, block_bytes=128 * KB)
+    one = FlashPlan(FlashPolicy.mmap, io_core="mid", io_cores=1, **base)
+    six = FlashPlan(FlashPolicy.mmap, io_core="mid", io_cores=6, fault_s=6e-6, **base)
+    rand = RATES.bandwidth(128 * KB, random=True, core="mid")
+    assert mmap_bandwidth(one, RATES) == pytest.approx(rand)
+    window = 128 * KB / (rand * (1 - 0.4 * 5 / 6)) + 6e-6 / 6
+    assert mmap_bandwidth(six, RATES) == pytest.approx(128 * KB / window)
+    assert mmap_bandwidth(six, RATES) < RATES.bandwidth(128 * KB, random=False, core="mid")
+    t = replay(FlashPlan(FlashPolicy.mmap, io_core="mid", io_cores=6, fault_s=6e-6,
+                         page_cache_units=0, **base), [np.ones((1, 4), dtype=bool)])
+    assert flash_seconds(six, t, RATES)[0, 0] == pytest.approx(4 * window)
+    assert first_read_seconds(six, RATES) == pytest.approx(128 * KB / rand + 6e-6)

@@ -36,6 +36,11 @@ def test_planner_respects_the_dram_budget(bamboo, strategy, budget):
         assert p.flash.segments.n_hot == 0 and p.flash.reads_per_neuron == 2
     if strategy == "powerinfer2":
         assert p.flash.segments.n_hot > 0 and p.flash.reads_per_neuron == 1
+    if strategy == "mmap":  # page faults on the 6 compute threads (1 X4 + 5 A720: mid)
+        assert p.flash.io_cores == p.cores.io_cores == 6 and p.flash.io_core == "mid"
+        # one major fault (5 us) + one fault-around minor fault (1 us) per 128 KB window
+        assert p.flash.fault_s == pytest.approx(6e-6)
+        assert p.cores.compute_flops == pytest.approx(52.7e9 + 119.8e9, rel=0.01)
 
 
 def test_whole_model_fits_no_flash_and_decode_cores_cover_bandwidth(bamboo):
@@ -76,12 +81,15 @@ def test_io_core_is_chosen_from_flash_and_compute_estimates(bamboo):
     full = 52.7e9 + 119.8e9  # sustained X4 + five A720s (0.19 / 0.38 TFLOP/s of peak)
     lost = {"big": 52.7e9, "mid": 119.8e9 / 5, "little": 0.0}[p.cores.io_core]
     assert p.cores.compute_flops == pytest.approx(full - lost, rel=0.01)
+    # the I/O core is lost to the FFN's read phase only; the rest of a token has it
+    assert p.cores.io_flops == pytest.approx(lost, rel=0.01, abs=1.0)
     # fixed to the little core: no compute lost, the slower 4 KB reads
     little = solve(group_config("solver", "pi2_planner", dram_budget_gb=4.5,
                                 cluster_candidates=[1, 4], io_core="little"),
                    spec, profile, hw, weight_dtype="int4", context=192)
     assert little.cores.io_core == "little" and little.cores.compute_flops == pytest.approx(
         full, rel=0.01)
+    assert little.cores.io_flops == 0.0
     assert set(little.stats.extra["token_ms_estimate"]) == {"k=1 io=little (idle)",
                                                              "k=4 io=little (idle)"}
     with pytest.raises(ValueError, match="io_core 'huge'"):

@@ -1,0 +1,153 @@
+"""Unit costs of the measured flash engine's own layer path on this machine (a
+microbenchmark for `powerbench.flash.predict_local`), cached next to the `local` profile.
+
+The replay predicts what `engine=flash` reads (bytes, hit rates within 0.2%), but a layer
+call also costs the engine's Python planning (cluster grouping, cache lookup, read
+plans, handing reads to the I/O pool), the sparse kernel on cache slots, and reads that
+share the machine's cores with that work. This microbenchmark runs the engine itself
+(`FlashFFN`, the same defaults as `bench-flash`: bundled 1-neuron clusters, 16 reader
+threads, O_DIRECT, pipeline) on a SMALL model of the benchmark's layer shape
+(`layers` OPT-1.3B FFN layers, a file of ~67 MB per layer, not the benchmarked 24-layer
+file) at several DRAM budgets, times every decode layer call and fits
+
+    seconds per layer call = fixed + per_active x computed neurons + per_miss x missed clusters
+                             + per_task x reader tasks (min(io_threads, missed clusters):
+                               the reads are split over that many pool threads, each woken,
+                               scheduled on this machine's few cores and joined)
+
+by least absolute deviations (non-negative; robust to calls preempted by other
+processes on a shared machine). `per_miss` includes the read itself as the engine's
+reader achieves it under its own compute (the device plus the thread pool and the GIL on
+this machine's cores), so the storage microbenchmark's bandwidth is not used on top.
+
+The fit, the load average it ran under and the machine fingerprint are cached in
+<cache>/hardware/flash_engine.json; `engine_costs()` remeasures when the machine changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from powerbench.flash.bench import (
+    BenchShape,
+    TraceActiveSets,
+    synthetic_profile_for,
+    synthetic_weights,
+)
+from powerbench.hardware.local import fingerprint
+from powerbench.paths import cache_dir
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    fixed_s: float  # per layer call
+    per_active_s: float  # per computed neuron
+    per_miss_s: float  # per missed cluster (read + its planning + contention)
+    per_task_s: float  # per reader task (min(io_threads, misses) per call with reads)
+    io_threads: int
+    calls: int
+    median_rel_error: float  # |fit - measured| / measured over the calls, median
+    loadavg: tuple[float, float, float]
+    layers: int
+    budgets: tuple[float, ...]
+    seconds: float
+    measured_at: str = ""
+
+    def call_seconds(self, active: np.ndarray, misses: np.ndarray) -> np.ndarray:
+        return (self.fixed_s + self.per_active_s * active + self.per_miss_s * misses
+                + self.per_task_s * np.minimum(misses, self.io_threads))
+
+
+def _nnls(a: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Weighted least squares with x >= 0 (drop negative ones and refit)."""
+    w = np.ones(len(y)) if w is None else w
+    keep = np.ones(a.shape[1], dtype=bool)
+    while True:
+        x = np.zeros(a.shape[1])
+        x[keep] = np.linalg.lstsq(a[:, keep] * w[:, None], y * w, rcond=None)[0]
+        if (x >= 0).all():
+            return x
+        keep &= x > 0
+
+
+def robust_fit(a: np.ndarray, y: np.ndarray, iterations: int = 30) -> np.ndarray:
+    """Least absolute deviations (iteratively reweighted), x >= 0: a call preempted by
+    another process on a shared machine is an outlier, not a cost of the engine."""
+    x = _nnls(a, y)
+    for _ in range(iterations):
+        r = np.abs(y - a @ x)
+        x = _nnls(a, y, 1.0 / np.sqrt(np.maximum(r, 1e-6 * np.median(y))))
+    return x
+
+
+def measure_engine_costs(layers: int = 4, budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
+                         tokens: int = 24, warmup: int = 8, io_threads: int = 16,
+                         seed: int = 1, directory: str | os.PathLike | None = None
+                         ) -> EngineCosts:
+    from powerbench.flash.ffn import FlashFFN
+
+    t_start = time.perf_counter()
+    load = os.getloadavg()
+    shape = BenchShape(n_layers=layers)
+    weights = synthetic_weights(shape, seed)
+    profile = synthetic_profile_for(shape, warmup + tokens, seed)
+    sets = TraceActiveSets(profile)
+    root = str(directory or cache_dir() / "flash")
+    dtype = getattr(torch, shape.dtype)
+    xs = torch.randn(warmup + tokens, 1, shape.d_model, generator=torch.Generator()
+                     .manual_seed(seed)).to(dtype)
+    rows: list[tuple[float, float, float]] = []  # (active, misses, seconds)
+    for b in budgets:
+        ffn = FlashFFN(weights, predictors=sets, cache_dir=root, dram_budget_fraction=b,
+                       io_threads=io_threads, dense_from_rows=0, profile=profile)
+        cluster = ffn.geometry.cluster_neurons * ffn.geometry.bundle_bytes
+        try:
+            sets.seek(0)
+            for t in range(warmup):
+                for layer in range(layers):
+                    ffn(layer, xs[t])
+            for t in range(warmup, warmup + tokens):
+                for layer in range(layers):
+                    before = ffn.reader.stats.bytes_read
+                    n = int(sets.sets[layer][t % sets.n_tokens].numel())
+                    t0 = time.perf_counter()
+                    ffn(layer, xs[t])
+                    dt = time.perf_counter() - t0
+                    rows.append((n, (ffn.reader.stats.bytes_read - before) / cluster, dt))
+        finally:
+            ffn.close()
+    data = np.array(rows)
+    a = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1],
+                         np.minimum(data[:, 1], io_threads)])
+    x = robust_fit(a, data[:, 2])
+    rel = np.abs(a @ x - data[:, 2]) / data[:, 2]
+    rms = float(np.median(rel))
+    return EngineCosts(float(x[0]), float(x[1]), float(x[2]), float(x[3]), io_threads,
+                       len(data), rms, load, layers,
+                       tuple(budgets), time.perf_counter() - t_start,
+                       time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def engine_costs(remeasure: bool = False, **kwargs) -> EngineCosts:
+    """The cached fit for this machine (<cache>/hardware/flash_engine.json), else measured."""
+    path = cache_dir() / "hardware" / "flash_engine.json"
+    current = fingerprint()
+    if not remeasure and path.exists():
+        try:
+            record = json.loads(path.read_text())
+            if record.get("fingerprint") == current:
+                c = record["costs"]
+                return EngineCosts(**{**c, "loadavg": tuple(c["loadavg"]),
+                                      "budgets": tuple(c["budgets"])})
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    costs = measure_engine_costs(**kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"fingerprint": current, "costs": asdict(costs)}, indent=1))
+    return costs
