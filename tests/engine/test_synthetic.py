@@ -85,7 +85,7 @@ def test_synthetic_engines_run_side_by_side(tiny):
                             rounds=2, new_tokens=4, threads=1)
     assert [r.predictor for r in rows] == ["none", "dense F.linear", "trace",
                                            "trace+predictor r8"]
-    assert 0 < rows[1].computed_fraction < 0.5  # OPT's ~97% inactive, union over the prompt
+    assert 0 < rows[2].computed_fraction < 0.5  # OPT's ~97% inactive, union over the prompt
     assert all(r.decode_tokens_per_s > 0 and r.achieved_gbps > 0 for r in rows)
 
 
