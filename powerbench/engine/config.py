@@ -32,7 +32,8 @@ def _dense_ffn() -> dict[str, Any]:
 class DecoderEngineConfig(EngineConfig):
     # dense projections (attention, output projection, dense FFN): auto | torch | sparse_cpu
     # (auto: the sparse_cpu matrix-vector kernel for calls of <= dense_kernel_max_rows rows
-    # on the CPU when the extension builds, else F.linear; powerbench.engine.linear)
+    # with fp16/bf16 weights on the CPU when the extension builds, else F.linear;
+    # sparse_cpu: the kernel for fp32 weights too; powerbench.engine.linear)
     dense_kernel: str = "auto"
     dense_kernel_max_rows: int = 8
     # `_target_` + parameters of the FFN class; any keys (each FFN validates its own)

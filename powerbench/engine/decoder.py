@@ -4,7 +4,8 @@ It runs the weights of `extract_weights` (OPT or LLaMA family) with a pluggable 
 (see `powerbench.engine.ffn`), so dense and sparse runs share everything except the FFN.
 Every dense projection (attention, output projection, and the dense FFN it builds) goes
 through one `linear` callable chosen once (`powerbench.engine.linear.make_linear`; default
-`auto`: the sparse_cpu matrix-vector kernel for decode-shaped CPU calls, else `F.linear`).
+`auto`: the sparse_cpu matrix-vector kernel for decode-shaped CPU calls with fp16/bf16
+weights, else `F.linear`).
 
 Batches: rows may have unequal prompt lengths if they are LEFT-padded and an
 `attention_mask` [B, T] (1 = real token) is passed; positions then count real tokens

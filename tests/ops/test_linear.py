@@ -72,6 +72,21 @@ def test_seam_uses_the_kernel_for_few_rows_and_torch_for_many(cpu_ops, gen):
     assert calls == [few.shape]
 
 
+def test_auto_uses_the_kernel_for_half_weights_only(cpu_ops, gen):
+    calls = []
+
+    def gemv(x, w, b):
+        calls.append(w.dtype)
+        return cpu_ops.prepare_linear()(x, w, b)
+
+    linear = small_batch_linear(gemv, max_rows=8, half_only=True)
+    x = torch.randn(1, 12, generator=gen)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        w = torch.randn(9, 12, generator=gen).to(dtype)
+        linear(x.to(dtype), w, None)
+    assert calls == [torch.float16, torch.bfloat16]
+
+
 def test_make_linear_choices(cpu_ops):
     assert make_linear("torch") is F.linear
     assert make_linear("auto", "meta") is F.linear  # not a CPU tensor: torch
