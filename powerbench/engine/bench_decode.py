@@ -195,15 +195,22 @@ def format_table(rows: Sequence[DecodeRow]) -> str:
 
 
 def build_synthetic_engines(weights: Any, profile: Any, backend: str, predictor_rank: int = 0,
-                            seed: int = 0) -> tuple[dict[str, Decoder], dict[str, int]]:
+                            seed: int = 0, torch_linear_baseline: bool = False,
+                            ) -> tuple[dict[str, Decoder], dict[str, int]]:
     """Decoders sharing synthetic `weights` (`powerbench.engine.synthetic`): "dense", the
     sparse engine on replayed trace sets ("trace", free oracle) and, with
-    `predictor_rank > 0`, the same with a low-rank predictor's cost; and predictor bytes."""
+    `predictor_rank > 0`, the same with a low-rank predictor's cost; and predictor bytes.
+    With `torch_linear_baseline`, also "dense F.linear": the dense decoder with every
+    projection in torch (the others use the default dense kernel, `engine.linear`)."""
+    import torch.nn.functional as F
+
     from powerbench.engine.sparse import SparseFFN
     from powerbench.engine.synthetic import TraceReplay
 
     dense = Decoder(weights)
     engines, pbytes = {"dense": dense}, {}
+    if torch_linear_baseline:
+        engines["dense F.linear"] = Decoder(weights, linear=F.linear)
     variants = [TraceReplay(profile)]
     if predictor_rank > 0:
         variants.append(TraceReplay(profile, rank=predictor_rank, d_model=weights.d_model,

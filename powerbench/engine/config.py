@@ -30,6 +30,12 @@ def _dense_ffn() -> dict[str, Any]:
 
 @dataclass
 class DecoderEngineConfig(EngineConfig):
+    # dense projections (attention, output projection, dense FFN): auto | torch | sparse_cpu
+    # (auto: the sparse_cpu matrix-vector kernel for calls of <= dense_kernel_max_rows rows
+    # with fp16/bf16 weights on the CPU when the extension builds, else F.linear;
+    # sparse_cpu: the kernel for fp32 weights too; powerbench.engine.linear)
+    dense_kernel: str = "auto"
+    dense_kernel_max_rows: int = 8
     # `_target_` + parameters of the FFN class; any keys (each FFN validates its own)
     ffn: dict[str, Any] = field(default_factory=_dense_ffn)
 

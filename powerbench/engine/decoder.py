@@ -2,6 +2,10 @@
 
 It runs the weights of `extract_weights` (OPT or LLaMA family) with a pluggable FFN
 (see `powerbench.engine.ffn`), so dense and sparse runs share everything except the FFN.
+Every dense projection (attention, output projection, and the dense FFN it builds) goes
+through one `linear` callable chosen once (`powerbench.engine.linear.make_linear`; default
+`auto`: the sparse_cpu matrix-vector kernel for decode-shaped CPU calls with fp16/bf16
+weights, else `F.linear`).
 
 Batches: rows may have unequal prompt lengths if they are LEFT-padded and an
 `attention_mask` [B, T] (1 = real token) is passed; positions then count real tokens
@@ -20,6 +24,7 @@ from powerbench.engine.ffn import FFN, DenseFFN, FFNObserver
 from powerbench.engine.functional import RotaryTable, apply_rope, norm
 from powerbench.engine.functional import attention_mask as build_attention_mask
 from powerbench.engine.kv_cache import KVCache
+from powerbench.engine.linear import LinearFn, make_linear
 from powerbench.engine.sampling import Sampler, SamplingConfig
 from powerbench.engine.timing import StepClock
 from powerbench.engine.weights import AttentionWeights, DecoderWeights
@@ -33,9 +38,11 @@ class Generation:
 
 class Decoder:
     def __init__(self, weights: DecoderWeights, ffn: FFN | None = None,
-                 observer: FFNObserver | None = None) -> None:
+                 observer: FFNObserver | None = None, linear: LinearFn | None = None) -> None:
         self.w = weights
-        self.ffn: FFN = ffn if ffn is not None else DenseFFN(weights)
+        self.linear: LinearFn = linear if linear is not None else make_linear(
+            "auto", weights.device)
+        self.ffn: FFN = ffn if ffn is not None else DenseFFN(weights, linear=self.linear)
         self.observer = observer
         self.scale = weights.head_dim ** -0.5
         self.rotary = (RotaryTable(weights.rope, weights.max_positions, weights.dtype,
@@ -67,7 +74,7 @@ class Decoder:
 
         h = F.embedding(input_ids, w.embed)
         if w.project_in is not None:
-            h = F.linear(h, w.project_in)
+            h = self.linear(h, w.project_in)
         if w.pos_embed is not None:
             h = h + F.embedding(positions + w.pos_offset, w.pos_embed)
         rope = self.rotary.lookup(positions) if self.rotary is not None else None
@@ -89,16 +96,16 @@ class Decoder:
         if w.final_norm is not None:
             h = norm(h, w.final_norm)
         if w.project_out is not None:
-            h = F.linear(h, w.project_out)
-        return F.linear(h, w.lm_head)
+            h = self.linear(h, w.project_out)
+        return self.linear(h, w.lm_head)
 
     def _attention(self, layer_idx: int, x: Tensor, a: AttentionWeights, cache: KVCache,
                    mask: Tensor | None, rope: tuple[Tensor, Tensor] | None) -> Tensor:
-        w = self.w
+        w, linear = self.w, self.linear
         bsz, n_new, _ = x.shape
-        q = F.linear(x, a.wq, a.bq).view(bsz, n_new, w.n_heads, w.head_dim).transpose(1, 2)
-        k = F.linear(x, a.wk, a.bk).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
-        v = F.linear(x, a.wv, a.bv).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
+        q = linear(x, a.wq, a.bq).view(bsz, n_new, w.n_heads, w.head_dim).transpose(1, 2)
+        k = linear(x, a.wk, a.bk).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
+        v = linear(x, a.wv, a.bv).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         keys, values = cache.write(layer_idx, k, v)
@@ -108,7 +115,7 @@ class Decoder:
             scale=self.scale, enable_gqa=w.n_kv_heads != w.n_heads,
         )
         out = out.transpose(1, 2).reshape(bsz, n_new, w.n_heads * w.head_dim)
-        return F.linear(out, a.wo, a.bo)
+        return linear(out, a.wo, a.bo)
 
     # ---- generation --------------------------------------------------------------------
     def generate(self, input_ids: Tensor, max_new_tokens: int,

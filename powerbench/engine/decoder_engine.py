@@ -4,7 +4,9 @@ The FFN comes from the engine config's `ffn` node (`_target_` + parameters), bui
 `Target(weights=<DecoderWeights>, **params, **accepted_context)`. An FFN may offer
 `metrics() -> dict[str, float]` (e.g. active-neuron share, GPU/CPU neuron-load split);
 those are merged into the result's metrics after the timed runs; and `rewind()`, called
-before every generation (warm-up and timed).
+before every generation (warm-up and timed). An FFN whose signature names `linear` gets the
+decoder's dense projection callable (`powerbench.engine.linear`, chosen by the engine's
+`dense_kernel`), so its dense path uses the same kernel as attention.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from powerbench.engine.base import (
 from powerbench.engine.config import DecoderEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.ffn import FFNObserver
+from powerbench.engine.linear import make_linear
 from powerbench.engine.timing import RunTiming, StepClock, measure
 from powerbench.engine.weights import extract_weights
 
@@ -56,8 +59,11 @@ class DecoderEngine:
             dtype=torch_dtype(self.dtype, model_dtype(model)),
             device=torch.device(self.device) if self.device else model_device(model),
         )
-        ffn = instantiate(self.ffn_cfg, context={"loaded": loaded, **context}, weights=weights)
-        return Decoder(weights, ffn=ffn, observer=observer)
+        linear = make_linear(self.cfg.dense_kernel, weights.device,
+                             self.cfg.dense_kernel_max_rows)
+        ffn = instantiate(self.ffn_cfg, context={"loaded": loaded, "linear": linear, **context},
+                          weights=weights)
+        return Decoder(weights, ffn=ffn, observer=observer, linear=linear)
 
     def run(self, loaded: LoadedModel, input_ids: Tensor, bench: BenchConfig,
             observer: FFNObserver | None = None, **context: Any) -> EngineResult:

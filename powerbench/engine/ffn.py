@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from powerbench.engine.linear import LinearFn, make_linear
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.model.spec import FFNKind
 
@@ -48,9 +49,9 @@ class FFN(Protocol):
         ...
 
 
-def _relu_dense(f: ReluFFNWeights, x: Tensor) -> tuple[Tensor, Tensor]:
-    h = torch.relu(F.linear(x, f.w1, f.b1))
-    return F.linear(h, f.w2, f.b2), h
+def _relu_dense(f: ReluFFNWeights, x: Tensor, linear: LinearFn) -> tuple[Tensor, Tensor]:
+    h = torch.relu(linear(x, f.w1, f.b1))
+    return linear(h, f.w2, f.b2), h
 
 
 # kind -> elementwise combination of (gate, up) pre-activations
@@ -61,24 +62,28 @@ _GATES = {
 }
 
 
-def _gated_dense(f: GatedFFNWeights, x: Tensor) -> tuple[Tensor, Tensor]:
-    h = _GATES[f.kind](F.linear(x, f.w_gate, f.b_gate), F.linear(x, f.w_up, f.b_up))
-    return F.linear(h, f.w_down, f.b_down), h
+def _gated_dense(f: GatedFFNWeights, x: Tensor, linear: LinearFn) -> tuple[Tensor, Tensor]:
+    h = _GATES[f.kind](linear(x, f.w_gate, f.b_gate), linear(x, f.w_up, f.b_up))
+    return linear(h, f.w_down, f.b_down), h
 
 
 _DENSE = {ReluFFNWeights: _relu_dense, GatedFFNWeights: _gated_dense}
 
 
 class DenseFFN:
-    """Every neuron, every token: the reference the sparse FFNs are compared against."""
+    """Every neuron, every token: the reference the sparse FFNs are compared against.
 
-    def __init__(self, weights: DecoderWeights) -> None:
+    Its matrix products use `linear` (default: `make_linear("auto")` for the weights'
+    device, see `powerbench.engine.linear`)."""
+
+    def __init__(self, weights: DecoderWeights, linear: LinearFn | None = None) -> None:
         self.weights = weights
+        self.linear = linear if linear is not None else make_linear("auto", weights.device)
         self._fns = [_DENSE[type(layer.ffn)] for layer in weights.layers]
 
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
         f = self.weights.layers[layer_idx].ffn
-        y, h = self._fns[layer_idx](f, x)
+        y, h = self._fns[layer_idx](f, x, self.linear)
         if observer is not None:
             observer.record(layer_idx, x, h != 0)
         return y

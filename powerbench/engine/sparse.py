@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from powerbench.engine.ffn import DenseFFN, FFNObserver
+from powerbench.engine.linear import LinearFn
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.ops import get_backend
 from powerbench.ops import weights as ops_weights
@@ -50,7 +51,8 @@ def operator_weights(f: ReluFFNWeights | GatedFFNWeights) -> ops_weights.ReluFFN
 class SparseFFN:
     def __init__(self, weights: DecoderWeights, backend: str = "sparse_cpu",
                  predictors: Any = None, check: bool = False, fused: bool = True,
-                 dense_from_rows: int = 32, loaded: Any = None) -> None:
+                 dense_from_rows: int = 32, loaded: Any = None,
+                 linear: LinearFn | None = None) -> None:
         if predictors is None:
             raise ValueError(f"engine={backend} computes the neurons a predictor chooses: run it "
                              "with predictor=fixed, adaptive or oracle (predictor=none is the "
@@ -81,7 +83,7 @@ class SparseFFN:
         # a prompt of many rows activates nearly every neuron (the union): one dense GEMM
         # beats the sparse kernels there, as in llama.cpp / PowerInfer (0: always sparse)
         self.dense_from_rows = dense_from_rows
-        self.dense = DenseFFN(weights)
+        self.dense = DenseFFN(weights, linear=linear)
         self.active_sum = 0
         self.calls = 0
 

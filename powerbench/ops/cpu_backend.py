@@ -35,6 +35,7 @@ class CpuSparseOps(SparseOps):
         self._ffn_relu_predicted_op = ops.ffn_relu_predicted.default
         self._ffn_gated_predicted_op = ops.ffn_gated_predicted.default
         self._ffn_gated_threshold_op = ops.ffn_gated_threshold.default
+        self._linear_op = ops.linear.default
         self._read_sum_op = ops.read_bandwidth_sum.default
         self._threads_used_op = ops.threads_used.default
 
@@ -78,6 +79,11 @@ class CpuSparseOps(SparseOps):
         op, kind = self._ffn_gated_threshold_op, GATED_KINDS.index(weights.kind)
         w, t = (weights.w_gate, weights.w_up, weights.w_down_t), float(threshold)
         return lambda x: op(x, *w, t, kind)
+
+    def prepare_linear(self):
+        """The C++ dense kernel itself (``fn(x, w, bias)``): rows of ``w`` streamed by the
+        pool, fp32 accumulation; x and bias of any float dtype, y in x's dtype."""
+        return self._linear_op
 
     def read_sum(self, buf: torch.Tensor) -> float:
         """Sum of a contiguous fp32 buffer read by all threads (bandwidth probe)."""

@@ -69,6 +69,15 @@ def _finish(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return y if y.dtype == like.dtype else y.to(like.dtype)
 
 
+def _torch_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+    """``F.linear`` (in fp32 when x and w differ in dtype), the result in ``x``'s dtype."""
+    if x.dtype == w.dtype:
+        return torch.nn.functional.linear(x, w, _like(bias, w))
+    y = torch.nn.functional.linear(x.float(), w.float(), None if bias is None else bias.float())
+    return y.to(x.dtype)
+
+
 class SparseOps(ABC):
     """Public operator methods: argument checks here, the arithmetic in ``_row`` etc."""
 
@@ -118,6 +127,25 @@ class SparseOps(ABC):
         if isinstance(idx, Threshold) and not isinstance(ids, Threshold):
             c2 = c2.index_select(1, ids)
         return _finish(self._axpy(w_t, c2, ids, check), coeffs)
+
+    def linear(
+        self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Dense ``y = x @ w.T + bias`` (every row of ``w [N, K]``), ``x [..., K]`` ->
+        ``[..., N]`` in ``x``'s dtype: the matrix-vector product of decode (a few rows of x;
+        sparse_cpu streams ``w`` with fp32 accumulation, others use ``F.linear``)."""
+        check_weight(w, "w", self.device)
+        if x.dim() < 1 or x.shape[-1] != w.shape[1]:
+            raise ValueError(f"x must be [..., {w.shape[1]}], got {tuple(x.shape)}")
+        check_vector(bias, w.shape[0], "bias", self.device)
+        return self.prepare_linear()(x, w, bias)
+
+    def prepare_linear(
+        self,
+    ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+        """:meth:`linear` without per-call checks, ``fn(x, w, bias)`` with ``F.linear``'s
+        signature, for a decode loop that calls it for every projection."""
+        return _torch_linear
 
     def ffn_relu(
         self,

@@ -93,7 +93,8 @@ def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig) -> list
     full, spec, weights, build_s = inputs.full, inputs.spec, inputs.weights, inputs.build_s
     profile, ids = inputs.trace, inputs.ids
     engines, pbytes = build_synthetic_engines(weights, profile, task.backend,
-                                              task.predictor_rank, task.seed)
+                                              task.predictor_rank, task.seed,
+                                              task.torch_linear_baseline)
     load_before = os.getloadavg()[0]
     with torch_threads(bench.threads):  # the reference: read before and after, the best kept
         before = cpu_read_bandwidth()

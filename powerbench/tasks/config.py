@@ -72,6 +72,9 @@ class BenchDecodeTask:
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
     predictor_rank: int = 0  # > 0: also time a random low-rank predictor's cost (synthetic)
+    # also time the dense decoder with every projection in F.linear (engine "dense F.linear",
+    # synthetic only), beside the default dense kernel (powerbench.engine.linear)
+    torch_linear_baseline: bool = False
 
 
 @dataclass
@@ -161,6 +164,8 @@ class BenchThresholdTask:
     mc_items: int = 100
     calibration_tokens: int = 4096
     llamacpp: bool = True  # time llama.cpp too (when it is installed)
+    # also time our dense decoder with every projection in F.linear (engine ours-dense-torch)
+    torch_linear_baseline: bool = False
     out: str | None = None  # CSV (None: results/smollm2_sparsity.csv)
 
 

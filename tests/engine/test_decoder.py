@@ -140,3 +140,26 @@ def test_kv_cache_overflow_raises(models):
     cache = decoder.new_cache(1, 4)
     with torch.inference_mode(), pytest.raises(ValueError, match="cache full"):
         decoder.forward(_prompt(1, 5), cache)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_dense_kernel_sparse_cpu_matches_torch_linear(models, kind, dtype):
+    """engine.dense_kernel: the sparse_cpu matrix-vector kernel (decode steps) gives the
+    logits F.linear gives, fp32 and fp16; the prompt (11 rows) runs F.linear in both."""
+    from powerbench.engine.linear import kernel_name, make_linear
+
+    weights = extract_weights(models[kind], dtype=dtype)
+    ours = Decoder(weights, linear=make_linear("sparse_cpu", weights.device, max_rows=8))
+    ref = Decoder(weights, linear=make_linear("torch"))
+    assert kernel_name(ours.linear) == "sparse_cpu" and kernel_name(ref.linear) == "torch"
+    ids = _prompt(2, 11)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    with torch.inference_mode():
+        caches = ours.new_cache(2, 16), ref.new_cache(2, 16)
+        torch.testing.assert_close(ours.forward(ids, caches[0]), ref.forward(ids, caches[1]))
+        nxt = ids[:, -1:]
+        for _ in range(4):
+            a, b = ours.forward(nxt, caches[0]), ref.forward(nxt, caches[1])
+            torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+            nxt = b[:, -1:].argmax(-1)

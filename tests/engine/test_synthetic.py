@@ -77,13 +77,15 @@ def test_synthetic_engines_run_side_by_side(tiny):
     spec, w = tiny
     full = synthetic_spec("opt_6_7b", overrides=TINY)
     engines, pbytes = build_synthetic_engines(w, trace_profile(full, 2, 32), "sparse_cpu",
-                                              predictor_rank=8)
-    assert list(engines) == ["dense", "trace", "trace+predictor r8"]
+                                              predictor_rank=8, torch_linear_baseline=True)
+    assert list(engines) == ["dense", "dense F.linear", "trace", "trace+predictor r8"]
+    assert engines["dense F.linear"].linear is torch.nn.functional.linear
     assert pbytes["trace"] == 0 and pbytes["trace+predictor r8"] == 2 * (64 * 8 + 8 * 256) * 4
     rows = run_decode_bench(torch.randint(0, spec.vocab_size, (1, 4)), engines, pbytes,
                             rounds=2, new_tokens=4, threads=1)
-    assert [r.predictor for r in rows] == ["none", "trace", "trace+predictor r8"]
-    assert 0 < rows[1].computed_fraction < 0.5  # OPT's ~97% inactive, union over the prompt
+    assert [r.predictor for r in rows] == ["none", "dense F.linear", "trace",
+                                           "trace+predictor r8"]
+    assert 0 < rows[2].computed_fraction < 0.5  # OPT's ~97% inactive, union over the prompt
     assert all(r.decode_tokens_per_s > 0 and r.achieved_gbps > 0 for r in rows)
 
 

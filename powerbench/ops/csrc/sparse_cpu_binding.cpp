@@ -366,6 +366,50 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
   return {y, ids};
 }
 
+// ---- dense linear: y = x W^T + b for decode-shaped x (a few rows) -------------------------
+// x [..., K] fp32/fp16/bf16 on the CPU, w [N, K] fp32/fp16/bf16, bias [N] any float dtype;
+// y [..., N] in x's dtype, accumulated in fp32. The only allocation is y: x and bias are
+// read in place when fp32 contiguous, else converted into per-thread scratch.
+float* linear_scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+const float* as_f32(const at::Tensor& t, const char* name, int slot, at::Tensor& keep) {
+  if (t.scalar_type() == at::kFloat) return f32_data(t, keep);
+  const at::Tensor c = t.is_contiguous() ? t : (keep = t.contiguous());
+  float* dst = linear_scratch(slot, c.numel());
+  pbops::to_float(weight_type(c, name), c.data_ptr(), c.numel(), dst);
+  return dst;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+  check_weight(w, "w");
+  const pbops::WType wt = weight_type(w, "w");
+  const pbops::WType ot = weight_type(x, "x");
+  const int64_t N = w.size(0), K = w.size(1);
+  TORCH_CHECK_VALUE(x.device().is_cpu(), "x must be a CPU tensor");
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == K, "x must be [..., ", K, "], got ",
+                    x.sizes());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  at::Tensor y = at::empty(shape, x.options());
+  const int64_t B = K > 0 ? x.numel() / K : 0;
+  if (B == 0 || N == 0) return y;
+  at::Tensor xk, bk;
+  const float* xf = as_f32(x, "x", 0, xk);
+  const float* b = nullptr;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == N, "bias must have shape [", N, "]");
+    TORCH_CHECK_VALUE(bias->device().is_cpu(), "bias must be a CPU tensor");
+    b = as_f32(*bias, "bias", 1, bk);
+  }
+  pbops::dense(wt, w.data_ptr(), N, K, xf, B, b, ot, y.data_ptr(), N, threads());
+  return y;
+}
+
 double read_bandwidth_sum(const at::Tensor& buf) {
   TORCH_CHECK_VALUE(buf.device().is_cpu() && buf.scalar_type() == at::kFloat &&
                         buf.is_contiguous(),
@@ -399,6 +443,7 @@ TORCH_LIBRARY(powerbench_cpu, m) {
   m.def("ffn_gated_threshold(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t,"
         " float threshold, int kind) -> (Tensor, Tensor)",
         &ffn_gated_threshold);
+  m.def("linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &linear);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
   m.def("threads_used() -> int", &threads_used);
 }

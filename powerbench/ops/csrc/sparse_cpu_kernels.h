@@ -31,6 +31,16 @@ void gated_hidden(WType wt, const void* w_gate, const void* w_up, int64_t K, con
                   int64_t B, const int64_t* idx, int64_t n, GatedKind kind, float* h,
                   int threads);
 
+// Dense matrix-vector / small-batch product y = x W^T + b: out[b, n] = W[n, :] . x[b, :] +
+// bias[n] for every n < N. W [N, K] row-major; x fp32 [B, K]; out [B, ldo] of type `ot`
+// (fp32, fp16 or bf16; converted once per element). Rows are streamed four at a time (two
+// accumulators each, each prefetched 1 KB ahead) and claimed by the pool in ~128 KB chunks.
+void dense(WType wt, const void* w, int64_t N, int64_t K, const float* x, int64_t B,
+           const float* bias, WType ot, void* out, int64_t ldo, int threads);
+
+// dst[i] = float(src[i]) for i < n (src of type t).
+void to_float(WType t, const void* src, int64_t n, float* dst);
+
 // Sum of buf[0..n) read with all threads (memory read-bandwidth probe).
 double read_sum(const float* buf, int64_t n, int threads);
 

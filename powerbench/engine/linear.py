@@ -1,0 +1,69 @@
+"""The decoder's dense projections: one `linear(x, w, bias)` callable, chosen once.
+
+Every dense matrix product of the decoder (attention q/k/v/o, the output projection, the
+dense FFN) goes through the callable `make_linear` returns, with `F.linear`'s signature:
+
+- `torch`: `F.linear` for every call.
+- `sparse_cpu`: calls with at most `max_rows` rows of x (decode: one token per sequence)
+  run the C++ dense matrix-vector kernel of the `sparse_cpu` extension
+  (`CpuSparseOps.prepare_linear`: the weight rows streamed by its thread pool, fp32
+  accumulation; torch's fp16 GEMV reaches about half the memory bandwidth of fp32 on these
+  CPUs); more rows (a prompt), non-CPU tensors and non-contiguous weights use `F.linear`. If the extension cannot
+  be built here, `F.linear` with one warning.
+- `auto` (default): `sparse_cpu` for fp16/bf16 weights on the CPU when the extension
+  builds, `F.linear` for fp32 weights (torch's fp32 GEMV is as fast or faster: OPT-6.7B
+  fp32 with 2 threads 4.09 vs 3.74 tok/s, SmolLM2 fp32 with 1 thread equal) and otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+LinearFn = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+DENSE_KERNELS = ("auto", "torch", "sparse_cpu")
+#: rows of x up to which the sparse_cpu kernel is used (a GEMM is faster beyond)
+MAX_ROWS = 8
+
+
+def small_batch_linear(gemv: LinearFn, max_rows: int = MAX_ROWS,
+                       half_only: bool = False) -> LinearFn:
+    """`gemv` for CPU calls of at most `max_rows` rows of x (with `half_only`, only for
+    fp16/bf16 weights), `F.linear` for the others."""
+
+    def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+        if (x.numel() <= max_rows * x.shape[-1] and x.device.type == "cpu"
+                and w.is_contiguous() and not (half_only and w.dtype == torch.float32)):
+            return gemv(x, w, bias)
+        return F.linear(x, w, bias)
+
+    linear.gemv = gemv  # type: ignore[attr-defined]
+    return linear
+
+
+def make_linear(kernel: str = "auto", device: torch.device | str = "cpu",
+                max_rows: int = MAX_ROWS) -> LinearFn:
+    """The decoder's dense projection for weights on `device` (see the module doc)."""
+    if kernel not in DENSE_KERNELS:
+        raise ValueError(f"unknown dense kernel {kernel!r}; valid: {', '.join(DENSE_KERNELS)}")
+    if kernel == "torch" or torch.device(device).type != "cpu" or max_rows < 1:
+        return F.linear
+    from powerbench.ops import BackendUnavailable, get_backend
+
+    try:
+        ops = get_backend("sparse_cpu", fallback=False)
+    except BackendUnavailable as err:
+        if kernel == "sparse_cpu":
+            warnings.warn(f"dense_kernel=sparse_cpu unavailable ({err}); using F.linear",
+                          RuntimeWarning, stacklevel=2)
+        return F.linear
+    return small_batch_linear(ops.prepare_linear(), max_rows, half_only=kernel == "auto")
+
+
+def kernel_name(linear: LinearFn) -> str:
+    """`sparse_cpu` or `torch`: what `make_linear` chose (for result tables)."""
+    return "sparse_cpu" if hasattr(linear, "gemv") else "torch"
