@@ -69,6 +69,12 @@ def find_simulated_runs(experiment: str, tracking_uri: str | None,
     return runs
 
 
+def bench_lengths(runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """The runs' prompt tokens, new tokens and batch size (`bench.*`), as numbers."""
+    return {name: pd.to_numeric(column(runs, f"params.bench.{name}"))
+            for name in ("prompt_tokens", "new_tokens", "batch_size")}
+
+
 def simulated_columns(runs: pd.DataFrame) -> dict[str, pd.Series]:
     """What every simulated figure keys on: hardware, model, dtype, bench lengths, the
     system (solver + compute mode), whether it fit, and the start time (for `latest`)."""
@@ -77,9 +83,7 @@ def simulated_columns(runs: pd.DataFrame) -> dict[str, pd.Series]:
         "hardware": column(runs, "params.hardware.name"),
         "model": column(runs, "params.model.name"),
         "weight_dtype": column(runs, "params.model.weight_dtype"),
-        "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
-        "new_tokens": pd.to_numeric(column(runs, "params.bench.new_tokens")),
-        "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
+        **bench_lengths(runs),
         "solver": solver, "mode": mode,
         "system": pd.Series([system_label(s, m) for s, m in zip(solver, mode, strict=True)],
                             index=runs.index),

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from powerbench.figures.runs import FigureOutput, column, latest, search_runs
+from powerbench.figures.runs import FigureOutput, bench_lengths, column, latest, search_runs
 from powerbench.paths import results_dir
 
 NAME = "validation_local"
@@ -35,9 +35,7 @@ def validation_table(runs: pd.DataFrame) -> pd.DataFrame:
         "engine": column(runs, "params.engine.name"),
         "hardware_variant": column(runs, "tags.hardware_variant"),
         "model": column(runs, "params.model.name"),
-        "prompt_tokens": pd.to_numeric(column(runs, "params.bench.prompt_tokens")),
-        "new_tokens": pd.to_numeric(column(runs, "params.bench.new_tokens")),
-        "batch_size": pd.to_numeric(column(runs, "params.bench.batch_size")),
+        **bench_lengths(runs),
         "start_time": runs["start_time"],
     })
     for phase, (meas, sim, err) in PHASES.items():
