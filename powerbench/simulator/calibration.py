@@ -30,16 +30,14 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
 
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
-                          threads: int | None = None, repeats: int = 31,
-                          linear: Callable[..., torch.Tensor] | None = None) -> float:
+                          threads: int | None = None, repeats: int = 31) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
-    in 1 MB pieces, one product each, like a model's weight matrices), computed by `linear`
-    (default: the decoder's own dense projection, `powerbench.engine.linear.make_linear`:
-    our dense kernel for fp16/bf16 weights, torch's for fp32)."""
-    if linear is None:
-        from powerbench.engine.linear import make_linear
+    in 1 MB pieces, one product each, like a model's weight matrices), computed by the
+    decoder's own dense projection (`powerbench.engine.linear.make_linear`: our dense kernel
+    for fp16/bf16 weights, torch's for fp32)."""
+    from powerbench.engine.linear import make_linear
 
-        linear = make_linear()
+    linear = make_linear()
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = max(int(2**20 // (dim * elem)), 1)
     n = max(int(nbytes // (rows * dim * elem)), 1)

@@ -203,9 +203,9 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
             during = model.forward(work, PassShape.decode(context, batch))
             model.dev[CPU] = full
             with_reads = io > 0
-            for key, parts in (("ffn", dec.layer), ("ffn@cpu", dec.busy)):
+            for key, parts, src in (("ffn", dec.layer, during.layer),
+                                    ("ffn@cpu", dec.busy, during.busy)):
                 if key in parts:
-                    src = during.layer if parts is dec.layer else during.busy
                     parts[key] = np.where(with_reads, src[key], parts[key])
         if traffic is None:
             io = np.zeros_like(dec.layer["ffn"])
