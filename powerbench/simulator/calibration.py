@@ -30,16 +30,20 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
 
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
-                          threads: int | None = None, repeats: int = 31) -> float:
-    """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (split
-    in 1 MB pieces, one product each, like a model's weight matrices), computed by the
-    decoder's own dense projection (`powerbench.engine.linear.make_linear`: our dense kernel
-    for fp16/bf16 weights, torch's for fp32)."""
+                          threads: int | None = None, repeats: int = 31,
+                          rows: int | None = None) -> float:
+    """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (one
+    product each, like a model's weight matrices), computed by the decoder's own dense
+    projection (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16
+    weights, torch's for fp32). `rows`: the model's own matrix height (e.g. d_ffn), so each
+    call streams as many bytes as the engine's; None: 1 MB pieces. The twin charges each
+    call's fixed cost separately (per operator), so this is meant to be the streaming rate:
+    1 MB pieces of a 4096-wide fp16 model spend a large share of each call on dispatch."""
     from powerbench.engine.linear import make_linear
 
     linear = make_linear()
     elem = torch.tensor([], dtype=dtype).element_size()
-    rows = max(int(2**20 // (dim * elem)), 1)
+    rows = rows or max(int(2**20 // (dim * elem)), 1)
     n = max(int(nbytes // (rows * dim * elem)), 1)
     mats = [torch.randn(rows, dim, dtype=dtype) for _ in range(n)]
     x = torch.randn(1, dim, dtype=dtype)
@@ -147,13 +151,14 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
                     d_ffn: int | None = None, threads: int = 0,
                     attention_shape: tuple[int, int, int] | None = None,
                     ) -> tuple[HardwareProfile, dict]:
-    """The local profile with its CPU bandwidth, operator cost, (with gemm_rows and d_ffn)
-    GEMM FLOP/s and sparse-call cost, and (with attention_shape = (prompt tokens, heads,
+    """The local profile with its CPU bandwidth (streamed through [d_ffn, dim] matrices when
+    d_ffn is given), operator cost, (with gemm_rows and d_ffn) GEMM FLOP/s and sparse-call
+    cost, and (with attention_shape = (prompt tokens, heads,
     head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
     engine's thread count (0: torch's default) (microbenchmarks only; see the module
     docstring)."""
     with torch_threads(threads):
-        bw = working_set_bandwidth(working_set_bytes, dim, dtype)
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype, rows=d_ffn)
         op_s = python_op_seconds()
         flops = hardware.cpu.effective_flops
         sparse_extra_s = 0.0

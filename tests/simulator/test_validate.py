@@ -49,7 +49,9 @@ def test_calibration_replaces_only_effective_cpu_values():
     assert calibrated.cpu.effective_flops == pytest.approx(meta["calibrated_gflops"] * 1e9)
     assert calibrated.cpu.effective_flops < 1e20
     assert calibrated.launch_s == pytest.approx(meta["calibrated_op_us"] * 1e-6)
-    assert calibrated.cpu_bw > 1e8 and 0 < calibrated.launch_s < 1e-3
+    # a bandwidth was measured (a floor far below any machine's, even under heavy load:
+    # 87 MB/s was seen at load 6 against a 100 MB/s floor)
+    assert calibrated.cpu_bw > 1e7 and 0 < calibrated.launch_s < 1e-3
     assert hw.cpu_bw == 10e9  # the original is untouched
     assert calibrated.memories == hw.memories
     assert meta["calibrated_sparse_call_us"] >= 0.0  # the fused operator's fixed cost
