@@ -38,6 +38,7 @@ import hydra
 from omegaconf import DictConfig
 
 from powerbench.config import CONF_DIR, register_configs
+from powerbench.config.help import HELP_FLAGS, app_help
 
 log = logging.getLogger("powerbench")
 
@@ -123,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _killed)  # a scheduler's kill: the run ends KILLED
     args = task_overrides(sys.argv[1:] if argv is None else argv)
+    if any(a in HELP_FLAGS for a in args):  # one composition, not Hydra's (see config.help)
+        print(app_help([a for a in args if not a.startswith("-")]))
+        raise SystemExit(0)
     sys.argv = [sys.argv[0] if sys.argv else "powerbench", *args]
     register_configs()
     _app()

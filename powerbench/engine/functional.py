@@ -14,10 +14,12 @@ def layer_norm(x: Tensor, w: NormWeights) -> Tensor:
 
 
 def rms_norm(x: Tensor, w: NormWeights) -> Tensor:
-    """LLaMA RMSNorm, computed in fp32 and cast back before the weight (as HF does)."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + w.eps)
-    out = xf.to(x.dtype)
+    """LLaMA RMSNorm, computed in fp32 and cast back before the weight (as HF does), in
+    torch's fused `F.rms_norm` (one operator instead of six: a decode step calls it twice
+    per layer)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), w.weight, w.eps)
+    out = F.rms_norm(x.float(), (x.shape[-1],), None, w.eps).to(x.dtype)
     return out * w.weight if w.weight is not None else out
 
 
