@@ -103,11 +103,14 @@ class Decoder:
                    mask: Tensor | None, rope: tuple[Tensor, Tensor] | None) -> Tensor:
         w, linear = self.w, self.linear
         bsz, n_new, _ = x.shape
-        q = linear(x, a.wq, a.bq).view(bsz, n_new, w.n_heads, w.head_dim).transpose(1, 2)
-        k = linear(x, a.wk, a.bk).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
-        v = linear(x, a.wv, a.bv).view(bsz, n_new, w.n_kv_heads, w.head_dim).transpose(1, 2)
+        heads = w.n_heads + w.n_kv_heads
+        # one product for Q, K and V; the rotary embedding on the Q and K heads together
+        y = linear(x, *a.qkv()).view(bsz, n_new, heads + w.n_kv_heads, w.head_dim)
+        qk = y[:, :, :heads].transpose(1, 2)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            qk = apply_rope(qk, *rope)
+        q, k = qk[:, :w.n_heads], qk[:, w.n_heads:]
+        v = y[:, :, heads:].transpose(1, 2)
         keys, values = cache.write(layer_idx, k, v)
         out = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask,

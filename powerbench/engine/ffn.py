@@ -63,7 +63,8 @@ _GATES = {
 
 
 def _gated_dense(f: GatedFFNWeights, x: Tensor, linear: LinearFn) -> tuple[Tensor, Tensor]:
-    h = _GATES[f.kind](linear(x, f.w_gate, f.b_gate), linear(x, f.w_up, f.b_up))
+    gate, up = linear(x, *f.gate_up()).chunk(2, dim=-1)  # one product for both
+    h = _GATES[f.kind](gate, up)
     return linear(h, f.w_down, f.b_down), h
 
 

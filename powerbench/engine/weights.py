@@ -7,6 +7,10 @@ input row is contiguous) and share storage with the HF model unless a dtype/devi
 change forces a copy. The FFN's output matrix is stored twice: `w2`/`w_down`
 (`[d_model, d_ffn]`, for dense matmuls) and `w2_t`/`w_down_t` (`[d_ffn, d_model]`,
 contiguous), because the sparse operators read each neuron's down column contiguously.
+The decoder multiplies Q/K/V (and a gated FFN's gate/up) as one stacked matrix
+(`AttentionWeights.qkv`, `GatedFFNWeights.gate_up`: one matrix product per token instead
+of three / two, measured 3-6% faster decode for SmolLM2-135M on one thread); the separate
+matrices then become row views of the stacked one.
 
 Supported: OPT (learned positions with offset 2, pre- or post-LN, optional
 project_in/out, biases) and LLaMA (RMSNorm, RoPE from the model's own `inv_freq`,
@@ -15,8 +19,8 @@ GQA, gate/up/down with `hidden_act` relu -> ReGLU, silu -> SwiGLU).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -39,6 +43,33 @@ class NormWeights:
     eps: float
 
 
+Stacked = tuple[Tensor, Tensor | None]  # (matrix, bias or None)
+
+
+def stack_rows(owner: object, names: Sequence[str], bias_names: Sequence[str]) -> Stacked:
+    """`owner`'s matrices `names` stacked by rows into one contiguous matrix (and their
+    biases into one vector, zeros where a bias is None, or None if all are), after which
+    those attributes are row views of it: the weights stay in memory once (a caller that
+    holds the original tensors, e.g. an HF model sharing its fp32 parameters, keeps its
+    own copy). Built outside autograd and inference mode, so the views are usable in
+    either."""
+    parts = [getattr(owner, n) for n in names]
+    biases = [getattr(owner, n) for n in bias_names]
+    rows = [p.shape[0] for p in parts]
+    with torch.inference_mode(False), torch.no_grad():
+        matrix = torch.cat([p.detach() for p in parts])
+        bias = None if all(b is None for b in biases) else torch.cat(
+            [b.detach() if b is not None else p.new_zeros(p.shape[0])
+             for b, p in zip(biases, parts, strict=True)])
+    for name, view in zip(names, matrix.split(rows), strict=True):
+        setattr(owner, name, view)
+    if bias is not None:
+        for name, old, view in zip(bias_names, biases, bias.split(rows), strict=True):
+            if old is not None:
+                setattr(owner, name, view)
+    return matrix, bias
+
+
 @dataclass
 class AttentionWeights:
     wq: Tensor  # [n_heads * head_dim, d_model]
@@ -49,6 +80,13 @@ class AttentionWeights:
     bk: Tensor | None = None
     bv: Tensor | None = None
     bo: Tensor | None = None
+    _qkv: Stacked | None = field(default=None, init=False, repr=False, compare=False)
+
+    def qkv(self) -> Stacked:
+        """[wq; wk; wv] and [bq; bk; bv] as one matrix and bias (see `stack_rows`)."""
+        if self._qkv is None:
+            self._qkv = stack_rows(self, ("wq", "wk", "wv"), ("bq", "bk", "bv"))
+        return self._qkv
 
 
 @dataclass
@@ -79,6 +117,13 @@ class GatedFFNWeights:
     b_gate: Tensor | None = None  # only with config.mlp_bias
     b_up: Tensor | None = None
     b_down: Tensor | None = None
+    _gate_up: Stacked | None = field(default=None, init=False, repr=False, compare=False)
+
+    def gate_up(self) -> Stacked:
+        """[w_gate; w_up] and their biases as one matrix and bias (see `stack_rows`)."""
+        if self._gate_up is None:
+            self._gate_up = stack_rows(self, ("w_gate", "w_up"), ("b_gate", "b_up"))
+        return self._gate_up
 
     @property
     def d_ffn(self) -> int:
