@@ -88,6 +88,12 @@ def e2e_table(tidy: pd.DataFrame) -> pd.DataFrame:
     return wide[CSV_COLUMNS].reset_index(drop=True)
 
 
+def e2e_from_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The e2e table of a frame of runs as `mlflow.search_runs` returns them (`params.*`,
+    `metrics.*`, `start_time` columns), wherever they come from."""
+    return e2e_table(tidy_runs(runs))
+
+
 def e2e_runs(experiment: str, tracking_uri: str | None = None, *, how_to_run: str = ""
              ) -> pd.DataFrame:
     """The e2e table of MLflow experiment `experiment`; LookupError (saying `how_to_run`)

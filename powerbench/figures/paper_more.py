@@ -39,7 +39,11 @@ SIMULATED_NOTE = "SIMULATED (cost model on a hardware profile, not measured)"
 def simulated_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
     """One row per simulated run of `experiment`: SIM_KEYS, solver, mode, system, fits and
     SIM_METRICS (the latest re-run of each combination). Raises LookupError when none."""
-    runs = find_simulated_runs(experiment, tracking_uri)
+    return simulated_frame(find_simulated_runs(experiment, tracking_uri))
+
+
+def simulated_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """`simulated_runs` of a frame of runs as `mlflow.search_runs` returns them."""
     frame = pd.DataFrame(simulated_columns(runs))
     for name, col in SIM_METRICS.items():
         frame[name] = pd.to_numeric(column(runs, col, np.nan))
@@ -206,6 +210,11 @@ def fig18_table(tidy: pd.DataFrame, pc: str = "pc_high", server: str = "a100") -
     wide["ratio"] = wide.powerinfer_tokens_per_s / wide.a100_tokens_per_s
     wide["decode_ratio"] = wide.powerinfer_decode_tokens_per_s / wide.a100_decode_tokens_per_s
     return wide.sort_values(["model", "weight_dtype", "prompt_tokens"]).reset_index(drop=True)
+
+
+def fig18_from_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """fig18_table of a frame of runs as `mlflow.search_runs` returns them."""
+    return fig18_table(simulated_frame(runs))
 
 
 def fig18_ratio(table: pd.DataFrame, model: str = "opt_30b", prompt_tokens: int = 64) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from powerbench.figures.paper_more import fig14, fig15, fig18, fig18_ratio
+from powerbench.figures.paper_more import fig14, fig15, fig18, fig18_from_runs, fig18_ratio
 from powerbench.figures.paper_tables import fig16, table6, table7
 from powerbench.reproduce.target import Published, Target
 
@@ -31,6 +31,7 @@ TARGETS: tuple[Target, ...] = (
            simulated=False),
     Target(name="fig18", title="PowerInfer on PC-High (RTX 4090) vs an A100 80 GB",
            figure=fig18, experiment="fig18_a100", quick=("model=opt_30b",),
+           table=fig18_from_runs,
            published=(Published(
                label="OPT-30B fp16: PowerInfer (PC-High) / A100 tokens/s, input 1, output 128",
                value=0.82, ours=opt30b_vs_a100,

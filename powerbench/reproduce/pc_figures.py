@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from powerbench.figures.e2e import e2e_from_runs
 from powerbench.figures.paper_pc import fig10, fig11, fig12, fig13
 from powerbench.reproduce.target import Published, Target
 
@@ -43,6 +44,7 @@ TARGETS: tuple[Target, ...] = (
         title="End-to-end speed on PC-High, FP16 (PowerInfer vs llama.cpp)",
         figure=fig10,
         experiment="fig10",
+        table=e2e_from_runs,
         quick=("model=opt_30b", "bench.prompt_tokens=64", "bench.new_tokens=128"),
         published=(
             _calibration("PowerInfer average tokens/s (4 models x outputs 8/128/512, input 64)",
@@ -60,6 +62,7 @@ TARGETS: tuple[Target, ...] = (
         title="End-to-end speed on PC-Low, FP16 (PowerInfer vs llama.cpp)",
         figure=fig11,
         experiment="fig11",
+        table=e2e_from_runs,
         quick=("model=opt_13b", "bench.prompt_tokens=64", "bench.new_tokens=128"),
         published=(
             _calibration("average speedup over llama.cpp (input 64)", 4.71,
@@ -73,6 +76,7 @@ TARGETS: tuple[Target, ...] = (
         title="Neuron-load split GPU/CPU on PC-High (OPT-30B, OPT-66B FP16; OPT-175B INT4)",
         figure=fig12,
         experiment="fig12",
+        table=e2e_from_runs,
         sweeps=((), ("model=opt_175b", "model.weight_dtype=int4")),
         quick=("model=opt_30b",),
         published=(
@@ -89,6 +93,7 @@ TARGETS: tuple[Target, ...] = (
         title="End-to-end speed with INT4 weights on PC-High and PC-Low",
         figure=fig13,
         experiment="fig13",
+        table=e2e_from_runs,
         sweeps=((), ("hardware=pc_low", "model=opt_13b,opt_30b,llama_reglu_13b,bamboo_7b,opt_66b")),
         quick=("model=opt_30b", "bench.new_tokens=128"),
         published=(

@@ -55,3 +55,6 @@ class Target:
     sweeps: tuple[tuple[str, ...], ...] = ((),)
     published: tuple[Published, ...] = field(default_factory=tuple)
     simulated: bool = True  # False: measured on this machine (the figure says where)
+    # the figure's table from a frame of runs as `mlflow.search_runs` returns them (what
+    # `published` reads), for runs that come from elsewhere (experiments/fit_efficiency.py)
+    table: Callable[[pd.DataFrame], pd.DataFrame] | None = None

@@ -15,6 +15,7 @@ Metric definitions match powerbench.engine.timing (prefill yields the first toke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -98,6 +99,16 @@ def _work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
     return work.take(index), notes
 
 
+def _cached(cache: dict[str, tuple[FFNWork, list[str]]] | None, key: str,
+            compute: Callable[[], tuple[FFNWork, list[str]]]) -> tuple[FFNWork, list[str]]:
+    """`compute()`, kept in `cache[key]` (no cache: computed every time)."""
+    if cache is None:
+        return compute()
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
 def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({
         "step": np.arange(1, context.size + 1), "context": context,
@@ -146,12 +157,16 @@ def use_stream_prefill(cfg: SimulatorConfig, hardware: HardwareProfile, rows: in
 
 def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationProfile,
              placement: Placement, hardware: HardwareProfile | Any,
-             predictors: Any | None = None, bench: Any | None = None) -> SimResult:
+             predictors: Any | None = None, bench: Any | None = None,
+             work_cache: dict[str, tuple[FFNWork, list[str]]] | None = None) -> SimResult:
     """Simulated prefill / decode / end-to-end tokens/s of `spec` with `placement` on
     `hardware` for bench.prompt_tokens, bench.new_tokens and bench.batch_size.
 
     cfg: the typed conf/simulator config (None: SimulatorConfig's defaults).
     predictors: a PredictorSet / oracle (their sizes and predicted/true ratios) or None.
+    work_cache: a dict kept across calls that differ ONLY in `cfg.efficiency`: the FFN work
+        (which neurons each pass reads and computes, most of a call's time) does not depend
+        on it, so it is computed once and re-costed (experiments/fit_efficiency.py).
     """
     cfg = cfg if cfg is not None else SimulatorConfig()
     hw = load_hardware(hardware)
@@ -172,8 +187,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     dense_prompt = (cfg.prefill.mode is PrefillMode.dense and sparse
                     and rows >= cfg.prefill.gpu_min_tokens)
     pre_mode = ComputeMode.dense if stream or dense_prompt else cfg.mode
-    pre_work, n1 = _work(spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio,
-                       cfg.token_skip)
+    pre_work, n1 = _cached(work_cache, "prefill", lambda: _work(
+        spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio, cfg.token_skip))
     pre_model = (CostModel(spec, placement, hw, replace(cfg, mode=ComputeMode.dense))
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
@@ -194,8 +209,9 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     decode_s = 0.0
     notes += n1
     if n_steps > 0:
-        dec_work, n2 = _work(spec, profile, placement, cfg.mode, batch, n_steps,
-                             cfg.trace_offset + rows, ratio, cfg.token_skip)
+        dec_work, n2 = _cached(work_cache, "decode", lambda: _work(
+            spec, profile, placement, cfg.mode, batch, n_steps, cfg.trace_offset + rows, ratio,
+            cfg.token_skip))
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))

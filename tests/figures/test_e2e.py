@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pandas as pd
 import pytest
 
 from powerbench.figures.e2e import e2e_runs
 from powerbench.figures.paper_pc import fig10, fig12
+from powerbench.figures.runs import search_runs
+from powerbench.reproduce import TARGETS
+from powerbench.reproduce.report import compare
 from powerbench.tracking import Tracker
 from powerbench.tracking.config import TrackingConfig
 
@@ -75,3 +79,13 @@ def test_load_split_tolerates_runs_without_the_ffn_share(store, tmp_path):
 def test_no_runs_says_which_command_makes_them(store):
     with pytest.raises(LookupError, match=r"powerbench reproduce fig11"):
         e2e_runs("fig11", store, how_to_run="powerbench reproduce fig11")
+
+
+def test_targets_table_from_runs_is_the_figures_table(store, tmp_path):
+    """Target.table (runs frame -> figure table, what experiments/fit_efficiency.py scores)
+    gives the figure's own table, so its calibration rows are the report's."""
+    out = fig10(tracking_uri=store, out_dir=tmp_path)
+    table = TARGETS["fig10"].table(search_runs("fig10", store))
+    pd.testing.assert_frame_equal(table, out.table)
+    ours = [c.ours for c in compare(TARGETS["fig10"], table)]
+    assert ours[:3] == pytest.approx([8.0, 8.0, 8.0])  # mean, max tok/s, mean speedup

@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from powerbench.figures.paper_more import fig14, fig15, fig18, fig18_ratio
 from powerbench.figures.paper_tables import fig16, table6, table7
+from powerbench.figures.runs import search_runs
 from powerbench.reproduce import TARGETS
 from powerbench.tracking import Tracker
 from powerbench.tracking.config import TrackingConfig
@@ -120,6 +122,9 @@ def test_fig18_ratio_is_powerinfer_over_a100(store, tmp_path):
     assert published.ours(out.table) == pytest.approx(10.0 / 25.0)
     with pytest.raises(LookupError, match="opt_13b"):
         fig18_ratio(out.table, model="opt_13b")
+    # the target's table from a frame of runs (experiments/fit_efficiency.py) is the figure's
+    runs = search_runs("fig18_a100", store)
+    pd.testing.assert_frame_equal(TARGETS["fig18"].table(runs), out.table)
 
 
 def test_table6_simulated_and_measured_rows(store, tmp_path):

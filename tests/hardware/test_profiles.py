@@ -55,14 +55,16 @@ def test_yaml_validates_and_is_self_consistent(name):
 
 def test_design_section_3_facts():
     high, low = load_hardware(group_config("hardware", "pc_high")), load_hardware(group_config("hardware", "pc_low"))
-    assert high.gpu.model.endswith("RTX 4090") and high.memory_of(high.gpu).capacity_bytes == 24 * GB
+    # the GPUs' "24 GB" / "11 GB" are binary (conf/hardware [GIB]): 24 / 11 GiB
+    assert high.gpu.model.endswith("RTX 4090")
+    assert high.memory_of(high.gpu).capacity_bytes == pytest.approx(24 * 2**30, rel=1e-5)
     assert high.bandwidth(high.gpu, effective=False) == 1008 * GB
     assert high.memory_of(high.cpu).capacity_bytes == 192 * GB
     assert high.bandwidth(high.cpu, effective=False) == pytest.approx(67.2 * GB)
     assert high.gpu.peak_fp16_flops == pytest.approx(165.2e12)
     assert high.link.h2d_peak_bw + high.link.d2h_peak_bw == pytest.approx(63 * GB)  # 64 raw
     assert [c.cores for c in high.cpu.clusters] == [8, 16]
-    assert low.memory_of(low.gpu).capacity_bytes == 11 * GB
+    assert low.memory_of(low.gpu).capacity_bytes == pytest.approx(11 * 2**30, rel=1e-5)
     assert low.bandwidth(low.gpu, effective=False) == 616 * GB
     assert low.bandwidth(low.cpu, effective=False) == pytest.approx(38.4 * GB)
     assert low.memory_of(low.cpu).capacity_bytes == 64 * GB

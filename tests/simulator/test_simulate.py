@@ -217,3 +217,24 @@ def test_neuron_load_counts_every_weight_row_as_papers_fig12_ffn_share_separatel
     cpu = 2 * spec.neurons_per_layer * spec.params_per_neuron
     assert m["sim_gpu_neuron_load_share"] == pytest.approx(gpu / (gpu + cpu))
     assert m["sim_gpu_ffn_load_share"] == 0.0
+
+
+def test_work_cache_recosts_other_efficiencies_exactly():
+    """simulate(work_cache=...): the FFN work is kept across calls that change only the
+    kernel efficiencies (experiments/fit_efficiency.py), with the uncached result."""
+    from dataclasses import replace
+
+    from powerbench.simulator.config import KernelEfficiency, SimulatorConfig
+
+    spec, profile = _synthetic()
+    placement = make_placement(spec, [np.arange(300)] * spec.n_layers)
+    hw = make_hardware(launch_s=4e-6)
+    cache: dict = {}
+    for gpu_dense, gpu_sparse in ((1.0, 1.0), (0.5, 0.3), (1.0, 1.0)):
+        cfg = replace(SimulatorConfig(), efficiency=KernelEfficiency(
+            gpu_dense=gpu_dense, gpu_sparse=gpu_sparse))
+        cached = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20),
+                          work_cache=cache)
+        fresh = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20))
+        assert cached.metrics == fresh.metrics
+    assert set(cache) == {"prefill", "decode"}
