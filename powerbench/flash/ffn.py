@@ -7,10 +7,10 @@ holds a segmented neuron cache (`powerbench.flash.cache`) of `dram_budget_gb` (o
 `ActivationProfile` counts when a `profile` is offered (else the whole budget is LRU),
 and per-layer LRU segments, warm-started (`preload_lru`) with each layer's next most
 frequent clusters. Each call: the predictors' active set, the cache lookup,
-page-cache-bypassing reads of the missing clusters (a pool of `io_threads` reader threads,
-or Linux native AIO, one system call per layer: `io_engine`; on the 2-vCPU VM this was
-built on the thread pool measured faster, since io_submit does every read's kernel work
-in the calling thread), overlapped with the resident neurons' compute
+page-cache-bypassing reads of the missing clusters (`io_engine`: "auto", the default, is
+Linux native AIO where O_DIRECT is in effect: one `io_submit` per layer through
+preallocated iocbs, measured faster side by side on the 2-vCPU VM than the pool of
+`io_threads` reader threads, "threads"), overlapped with the resident neurons' compute
 (`pipeline`), then the rest (`powerbench.flash.pipeline`).
 
 DRAM use: the cache (the budget), one layer's worth of scratch slots for uncached reads
@@ -76,7 +76,7 @@ class FlashFFN:
                  cache_dir: str | None = None, dram_budget_gb: float | None = None,
                  dram_budget_fraction: float | None = 0.5, hot_fraction: float = 0.5,
                  cluster_neurons: int | None = None, io_threads: int = 16,
-                 io_engine: str = "threads", io_depth: int = 128,
+                 io_engine: str = "auto", io_depth: int = 128,
                  bundled: bool = True, pipeline: bool = True, direct: bool = True,
                  backend: str = "sparse_cpu", dense_from_rows: int = 32,
                  max_read_kb: int = 1024, verify: Verify = "header", preload_lru: bool = True,
