@@ -51,3 +51,28 @@ def test_engine_costs_predict_from_replayed_counts_and_fit_ignores_outliers():
     y = a @ np.array([2e-4, 1e-6, 3e-5, 5e-5])
     y[::10] *= 20  # preempted calls
     assert robust_fit(a, y) == pytest.approx([2e-4, 1e-6, 3e-5, 5e-5], rel=1e-3)
+
+
+def test_engine_costs_cache_key_and_reader_tasks(monkeypatch, tmp_path):
+    from powerbench.flash import overheads
+
+    assert overheads.engine_version(layers=4) != overheads.engine_version(layers=24)
+    assert overheads.engine_version() == overheads.engine_version()
+    base = dict(fixed_s=0.0, per_active_s=0.0, per_miss_s=0.0, per_task_s=1.0, io_threads=16,
+                calls=1, median_rel_error=0.0, loadavg=(0.0, 0.0, 0.0), layers=1,
+                budgets=(1.0,), seconds=0.0)
+    misses = np.array([0, 3, 40])
+    aio = EngineCosts(**base, io_engine="aio", task_cap=1)
+    threads = EngineCosts(**base, io_engine="threads", task_cap=16)
+    assert list(aio.call_seconds(np.zeros(3), misses)) == [0, 1, 1]  # one batch per call
+    assert list(threads.call_seconds(np.zeros(3), misses)) == [0, 3, 16]
+    # a cached fit of another engine version is remeasured, the same one reused
+    monkeypatch.setattr(overheads, "cache_dir", lambda: tmp_path)
+    calls = []
+    monkeypatch.setattr(overheads, "measure_engine_costs",
+                        lambda **kw: calls.append(kw) or aio)
+    assert overheads.engine_costs(layers=2) == aio and overheads.engine_costs(layers=2) == aio
+    assert len(calls) == 1
+    monkeypatch.setattr(overheads, "engine_version", lambda **kw: "another")
+    overheads.engine_costs(layers=2)
+    assert len(calls) == 2
