@@ -232,6 +232,7 @@ class FlashFFN:
             "flash_compute_s": t.compute_s,
             "flash_install_s": t.install_s,
             "flash_plan_s": t.plan_s,
+            "flash_submit_s": t.submit_s,
             "flash_read_gb_s": r.bytes_read / t.io_active_s / GB if t.io_active_s else 0.0,
             "flash_reads": float(r.reads),
             "flash_direct_io": float(self.reader.direct),

@@ -37,6 +37,8 @@ class PipelineTimes:
     io_active_s: float = 0.0  # wall time from submitting a call's reads to the last one landing
     install_s: float = 0.0  # copying read clusters from the staging buffer into the arena
     plan_s: float = 0.0  # cluster grouping, cache lookup, extent planning
+    submit_s: float = 0.0  # handing the reads to the kernel / the I/O pool (io_submit: the
+    # kernel's per-read work runs in the caller)
     calls: int = 0
     calls_with_reads: int = 0
 
@@ -241,7 +243,10 @@ class LayerPipeline:
         if spill.any():
             new[spill] = self.scratch_base + np.arange(int(np.count_nonzero(spill)))
         slots[miss_pos] = new
+        t1 = time.perf_counter()
         pending = self._read_submit(layer, miss, new)
+        t.submit_s += time.perf_counter() - t1
+        t0 += time.perf_counter() - t1  # plan_s leaves the submission out
         if inv is None:
             rows, resident = slots, hit
         else:
