@@ -290,3 +290,60 @@ class ScatterReads:
                         raise OSError(errno.EIO, f"read past the end at byte {pos} "
                                       "(truncated file?)")
                     addr, n, pos = addr + got, n - got, pos + got
+
+
+def batch_read_bandwidth(fd: int, file_bytes: int, block: int, batch: int,
+                         seconds: float = 0.3, seed: int = 0) -> float:
+    """Bytes/s of random `block`-aligned reads over the first `file_bytes` of `fd` (opened
+    with O_DIRECT), issued as the flash engine issues a layer's misses: `batch` reads in
+    one `io_submit`, then one wait for all of them, repeated for about `seconds`. No
+    Python per read, so on a machine with few busy cores it measures the device (and the
+    kernel's per-read work) rather than reader threads."""
+    import mmap
+    import time
+
+    slots = file_bytes // block
+    if slots < batch:
+        raise ValueError(f"a file of {file_bytes} B holds fewer than {batch} blocks of {block}")
+    ctx = AioContext(batch)
+    buf = np.frombuffer(mmap.mmap(-1, batch * block), dtype=np.uint8)
+    try:
+        reads = ScatterReads(ctx, fd, 1, block, np.zeros(1, dtype=np.int64),
+                             np.array([buf.ctypes.data], dtype=np.int64))
+        dest = (np.arange(batch, dtype=np.int64) * block)[:, None]
+        rng = np.random.default_rng(seed)
+        n, t0 = 0, time.perf_counter()
+        while True:
+            reads.submit(rng.choice(slots, size=batch, replace=False) * block, dest)
+            reads.wait()
+            n += batch
+            wall = time.perf_counter() - t0
+            if wall >= seconds:
+                return n * block / wall
+    finally:
+        ctx.close()
+
+
+def batch_curve(path: str | os.PathLike, block: int, depth: int = 128,
+                seconds: float = 0.3) -> tuple[tuple[int, float], ...]:
+    """((batch, bytes/s), ...): `batch_read_bandwidth` of random `block` reads over the
+    whole of `path` (e.g. the flash weight file itself: the span the engine reads) with
+    O_DIRECT, at batches 1, 2, 4 ... `depth`; empty where O_DIRECT or AIO is unavailable."""
+    from powerbench.hardware.storage import open_direct
+
+    fd, direct = open_direct(str(path), True)
+    try:
+        if not direct:
+            return ()
+        size = os.path.getsize(path)
+        out = []
+        for k in range(int(np.log2(depth)) + 1):
+            if 2 ** k > size // block:
+                break
+            try:
+                out.append((2 ** k, batch_read_bandwidth(fd, size, block, 2 ** k, seconds)))
+            except OSError:
+                return ()
+        return tuple(out)
+    finally:
+        os.close(fd)

@@ -245,10 +245,14 @@ class FlashBenchReport:
     decode_tokens: int = 0
     trace_tokens: int = 0  # the synthetic profile's trace length (its draws depend on it)
     warmup: int = 0
+    aio_curve: tuple[tuple[int, float], ...] = ()  # (batch, bytes/s) on the weight file
 
     def storage_bw(self) -> float:
-        """Measured random-read bandwidth at the engine's read size (best queue depth)."""
-        return self.storage.best_bandwidth(self.cluster_bytes)
+        """Measured random-read bandwidth at the engine's read size: the best of the
+        thread-pool microbenchmark (any queue depth) and the AIO batches on the weight
+        file (any batch)."""
+        return max([self.storage.best_bandwidth(self.cluster_bytes),
+                    *(bw for _, bw in self.aio_curve)])
 
     def table(self, results: list[VariantResult] | None = None, tokens: int | None = None
               ) -> str:
@@ -309,9 +313,14 @@ class FlashBenchReport:
             + ", ".join(f"{r.block_bytes // 1024}K qd{r.queue_depth} "
                         f"{r.bandwidth / GB:.2f} GB/s ({r.latency_s * 1e6:.0f} us)"
                         for r in st.results),
+            f"AIO batches on the weight file ({self.cluster_bytes // 1024}K random reads "
+            "submitted together, then one wait for all: the engine's pattern per layer): "
+            + (", ".join(f"{b}: {bw / GB:.2f}" for b, bw in self.aio_curve) + " GB/s"
+               if self.aio_curve else "n/a"),
             f"%bw = achieved / measured random-read bandwidth at the engine's read size "
-            f"({self.cluster_bytes // 1024}K, best queue depth: {self.storage_bw() / GB:.2f} "
-            f"GB/s); best measured at any size {self.storage.random_read_bw / GB:.2f} GB/s. "
+            f"({self.cluster_bytes // 1024}K, best of both microbenchmarks: "
+            f"{self.storage_bw() / GB:.2f} GB/s); best measured at any size "
+            f"{self.storage.random_read_bw / GB:.2f} GB/s. "
             "Achieved = bytes / time the reads were outstanding as seen by the engine "
             "(an upper bound on device time when overlapped)",
             f"page cache: weight-file pages added (mincore) during O_DIRECT variants "
@@ -332,7 +341,7 @@ class FlashBenchReport:
                 "tokens per round from an empty KV cache, the same rounds interleaved): "
                 "attention, norms, positions and the LM head in DRAM on both sides (seeded "
                 "random, dense kernels), the FFN from the engines above (same objects, caches "
-                "warm; the rounds replay the FFN-only rounds' trace tokens).",
+                "warm; new trace tokens after the FFN-only rounds').",
                 "",
                 self.table(self.decode_results, self.decode_tokens),
                 "",
@@ -468,11 +477,18 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                                      decode_overrides, log) if decode_model else [])
     flash_ffns = [e for e in engines if isinstance(e, FlashFFN)]
     g = flash_ffns[0].geometry
+    bundled_file = next((e.path for e in flash_ffns if e.geometry.bundled), flash_ffns[0].path)
     for e in flash_ffns:
         e.close()
     del engines, flash_ffns
     gc.collect()
-    log("bench: storage microbenchmark ...")
+    log("bench: storage microbenchmarks ...")
+    from powerbench.flash.aio import batch_curve
+
+    try:
+        curve = batch_curve(bundled_file, g.cluster_bytes, seconds=storage_seconds / 2)
+    except OSError:  # no native AIO here
+        curve = ()
     storage = measure_storage(root, file_mb=storage_mb,
                               blocks_kb=tuple(sorted({g.cluster_bytes // 1024, 4, 512})),
                               queue_depths=tuple(sorted({1, 8, io_threads, 32})),
@@ -486,7 +502,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
         loadavg_after=os.getloadavg(), machine=f"{cpu_model()}, {os.cpu_count()} CPUs",
         threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start,
         decode_results=decode_results, decode_model=decode_model,
-        decode_tokens=decode_tokens, trace_tokens=trace_len, warmup=warmup)
+        decode_tokens=decode_tokens, trace_tokens=trace_len, warmup=warmup, aio_curve=curve)
 
 
 def _summarise(res: VariantResult, tot: dict[str, float], rounds: int, tokens: int) -> None:

@@ -52,6 +52,9 @@ def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
     assert flash.max_abs_diff < 5e-2  # the same decoder around the same FFN (fp16 logits)
     assert flash.metrics["flash_bytes_read_per_token"] > 0
     assert report.trace_tokens == 2 + 2 * 3 + 2 * 2
+    if report.storage.direct:  # the AIO batch curve on the weight file: batches 1 .. 128
+        assert [b for b, _ in report.aio_curve] == [1, 2, 4, 8, 16, 32, 64, 128]
+        assert report.storage_bw() >= max(bw for _, bw in report.aio_curve) > 0
     text = report.render()
     assert "SYNTHETIC" in text and "flash 25% unbundled" in text and "load average" in text
     assert "WHOLE DECODE STEPS" in text and "decode flash 25%" in text
