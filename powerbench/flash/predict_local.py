@@ -13,7 +13,8 @@ direct check of the replay against the engine.
 Time per token (`engine_costs`, the default): per layer call
     fixed + per_active x computed neurons + per_miss x missed clusters
     + per_task x min(task_cap, missed clusters)
-(task_cap: io_threads for the thread-pool reader, 1 for native AIO: one batch per call)
+(task_cap: io_threads for the thread-pool reader, 1 for native AIO: one batch per call;
+least squares: tokens/s follows the mean call, see powerbench.flash.overheads)
 with the unit costs MEASURED by a microbenchmark of the engine's own layer path on the
 benchmark's shape and weight file (powerbench.flash.overheads, cached per machine and
 engine version): the planning, the kernel on cache slots and the reads as the engine
@@ -118,7 +119,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
           f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task "
           f"({costs.io_engine}, at most {costs.task_cap} per call; median fit error "
-          f"{costs.median_rel_error:.0%} over {costs.calls} calls)")
+          f"{costs.median_rel_error:.0%} over {costs.calls} calls; {costs.fit} fit, fitted / "
+          "measured summed call time per budget " + ", ".join(
+              f"{b:.0%}: {r:.2f}" for b, r in zip(costs.budgets, costs.budget_fit, strict=False))
+          + ")")
     table = predict(parse_report(report.read_text()), costs=costs)
     table.to_csv(out, index=False, float_format="%.4g")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))

@@ -76,3 +76,20 @@ def test_engine_costs_cache_key_and_reader_tasks(monkeypatch, tmp_path):
     monkeypatch.setattr(overheads, "engine_version", lambda **kw: "another")
     overheads.engine_costs(layers=2)
     assert len(calls) == 2
+
+
+def test_mean_fit_charges_the_tail_the_median_fit_drops():
+    """Calls with reads wait for their slowest read: a right-skewed tail. Least squares
+    (fit="mean") charges it, least absolute deviations (fit="median") does not."""
+    from powerbench.flash import overheads
+
+    rng = np.random.default_rng(1)
+    miss = rng.integers(0, 100, 2000).astype(float)
+    a = np.column_stack([np.ones(miss.size), miss])
+    y = 1e-4 + 2e-5 * miss * (1 + rng.exponential(0.5, miss.size))  # mean factor 1.5
+    mean = overheads._nnls(a, y)
+    median = robust_fit(a, y)
+    assert (a @ mean).sum() == pytest.approx(y.sum(), rel=1e-6)
+    assert (a @ median).sum() < 0.95 * y.sum()
+    with pytest.raises(ValueError, match="fit"):
+        overheads.measure_engine_costs(fit="mode")
