@@ -1,7 +1,7 @@
 """The simulator's flash tier predicting the measured `engine=flash` benchmark on this
 machine (`powerbench bench-flash`, results/flash_bench.txt), at its DRAM budgets.
 
-    python -m powerbench.flash.predict_local [results/flash_bench.txt] [out.csv]
+    python -m powerbench.flash.predict_local [results/flash_bench.txt] [out.csv] [mean|median]
 
 Same workload as the benchmark: OPT-1.3B-shaped FFNs (fp16, one 8 KB bundled neuron per
 cluster), the synthetic OPT profile with the benchmark's seed and trace length, hot share
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     report = Path(args[0] if args else "results/flash_bench.txt")
     out = Path(args[1] if len(args) > 1 else "results/flash_predict_local.csv")
-    costs = engine_costs()
+    costs = engine_costs(fit=args[2]) if len(args) > 2 else engine_costs()
     print(f"engine unit costs ({costs.measured_at}, load {costs.loadavg}): fixed "
           f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
           f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task "
