@@ -197,6 +197,7 @@ class Variant:
     pipeline: bool = True
     direct: bool = True
     io_engine: str = "auto"  # auto (native AIO with O_DIRECT) | aio | threads
+    compute_threads: int | None = None  # the flash kernels' threads (None: torch's)
 
 
 def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
@@ -207,7 +208,8 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
     out += [Variant(f"flash {b:.0%} unbundled", b, bundled=False),
             Variant(f"flash {b:.0%} no pipeline", b, pipeline=False),
             Variant(f"flash {b:.0%} unbundled no pipeline", b, bundled=False, pipeline=False),
-            Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads")]
+            Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads"),
+            Variant(f"flash {b:.0%} one compute thread", b, compute_threads=1)]
     return out
 
 
@@ -406,6 +408,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                            dram_budget_fraction=v.budget, hot_fraction=hot_fraction,
                            io_threads=io_threads, io_engine=v.io_engine, bundled=v.bundled,
                            pipeline=v.pipeline, direct=v.direct, dense_from_rows=0,
+                           compute_threads=v.compute_threads,
                            profile=profile)
         engines.append(ffn)
         results.append(VariantResult(v, load_s=time.perf_counter() - t0))
@@ -532,8 +535,10 @@ def _decode_rounds(weights: Any, engines: list[Any], results: list[VariantResult
     default = Variant("", 0.0)
     chosen = [i for i, r in enumerate(results)
               if r.variant.budget is None or (
-                  (r.variant.bundled, r.variant.pipeline, r.variant.direct, r.variant.io_engine)
-                  == (default.bundled, default.pipeline, default.direct, default.io_engine))]
+                  (r.variant.bundled, r.variant.pipeline, r.variant.direct, r.variant.io_engine,
+                   r.variant.compute_threads)
+                  == (default.bundled, default.pipeline, default.direct, default.io_engine,
+                      default.compute_threads))]
     decoders = [Decoder(dweights, ffn=engines[i]) for i in chosen]
     out = [VariantResult(Variant("decode " + results[i].variant.name, results[i].variant.budget,
                                  io_engine=results[i].variant.io_engine)) for i in chosen]

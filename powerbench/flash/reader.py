@@ -388,7 +388,10 @@ class DirectReader:
         if self._last is not None and not self._last.collected:
             self._last.wait()
         pending = PendingRead(started=time.perf_counter(), batch=reads)
-        reads.submit(file_offsets, dest_offsets)
+        if self.submit_thread:  # io_submit's kernel work in a pool worker
+            pending.futures = [self.pool.submit(reads.submit, file_offsets, dest_offsets)]
+        else:
+            reads.submit(file_offsets, dest_offsets)
         n = int(file_offsets.size)
         stats = self.stats
         stats.extents += n

@@ -203,17 +203,22 @@ def test_the_direct_bundled_plan_is_the_generic_one(tmp_path):
         assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
 
 
-@pytest.mark.parametrize("cluster_neurons", [1, 2])
-def test_aio_scatter_reads_equal_sparse_ffn(tmp_path, cluster_neurons):
+@pytest.mark.parametrize(("cluster_neurons", "submit_thread"), [(1, False), (2, False),
+                                                                 (1, True)])
+def test_aio_scatter_reads_equal_sparse_ffn(tmp_path, cluster_neurons, submit_thread):
     """Real-size rows with native AIO: misses go through the preallocated iocbs
-    (`ScatterReads`), one read per cluster, straight into the arena rows."""
+    (`ScatterReads`), one read per cluster, straight into the arena rows (submitted by
+    the caller or by a pool worker)."""
     weights = fp16_weights()
+    threads = torch.get_num_threads()
     ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="aio",
-                dram_budget_fraction=0.25, cluster_neurons=cluster_neurons)
+                dram_budget_fraction=0.25, cluster_neurons=cluster_neurons,
+                io_submit_thread=submit_thread, compute_threads=1 if submit_thread else None)
     if not ffn.reader.direct:
         pytest.skip("no O_DIRECT here: reads go through a staging copy")
     assert ffn.pipeline.scatter is not None
     run_both(weights, ffn, steps=4)
+    assert torch.get_num_threads() == threads  # compute_threads is restored after each call
     m = ffn.metrics()
     assert m["flash_reads"] > 0 and m["flash_bytes_read_per_token"] > 0
     assert ffn.reader.stats.bytes_read == ffn.cache.stats.misses * ffn.geometry.cluster_bytes
