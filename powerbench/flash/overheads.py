@@ -121,7 +121,7 @@ def robust_fit(a: np.ndarray, y: np.ndarray, iterations: int = 30) -> np.ndarray
 
 
 def measure_engine_costs(layers: int = 24, budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
-                         tokens: int = 24, warmup: int = 8, io_threads: int = 16,
+                         tokens: int = 48, warmup: int = 8, io_threads: int = 16,
                          seed: int = 1, weights_seed: int = 0, fit: str = "mean",
                          directory: str | os.PathLike | None = None
                          ) -> EngineCosts:
@@ -140,19 +140,23 @@ def measure_engine_costs(layers: int = 24, budgets: tuple[float, ...] = (1.0, 0.
     xs = torch.randn(warmup + tokens, 1, shape.d_model, generator=torch.Generator()
                      .manual_seed(seed)).to(dtype)
     rows: list[tuple[float, float, float, float]] = []  # (active, misses, seconds, budget)
-    engine, task_cap = "threads", io_threads
-    for b in budgets:
-        ffn = FlashFFN(weights, predictors=sets, cache_dir=root, dram_budget_fraction=b,
-                       io_threads=io_threads, dense_from_rows=0, profile=profile)
-        cluster = ffn.geometry.cluster_neurons * ffn.geometry.bundle_bytes
-        engine = ffn.reader.engine
-        task_cap = 1 if engine == "aio" else io_threads
-        try:
+    # all budgets' engines side by side, interleaved token by token (as bench-flash does),
+    # so a slow spell of the machine hits every budget alike
+    ffns = [FlashFFN(weights, predictors=sets, cache_dir=root, dram_budget_fraction=b,
+                     io_threads=io_threads, dense_from_rows=0, profile=profile)
+            for b in budgets]
+    cluster = ffns[0].geometry.cluster_neurons * ffns[0].geometry.bundle_bytes
+    engine = ffns[0].reader.engine
+    task_cap = 1 if engine == "aio" else io_threads
+    try:
+        for ffn in ffns:
             sets.seek(0)
             for t in range(warmup):
                 for layer in range(layers):
                     ffn(layer, xs[t])
-            for t in range(warmup, warmup + tokens):
+        for t in range(warmup, warmup + tokens):
+            for b, ffn in zip(budgets, ffns, strict=True):
+                sets.seek(t)
                 for layer in range(layers):
                     before = ffn.reader.stats.bytes_read
                     n = int(sets.sets[layer][t % sets.n_tokens].numel())
@@ -160,7 +164,8 @@ def measure_engine_costs(layers: int = 24, budgets: tuple[float, ...] = (1.0, 0.
                     ffn(layer, xs[t])
                     dt = time.perf_counter() - t0
                     rows.append((n, (ffn.reader.stats.bytes_read - before) / cluster, dt, b))
-        finally:
+    finally:
+        for ffn in ffns:
             ffn.close()
     data = np.array(rows)
     a = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1],
