@@ -19,12 +19,15 @@ cores and joined: task_cap = io_threads); native AIO submits them in one batch (
 `io_submit` + one `io_getevents`: task_cap = 1, a per-call cost of calls with reads).
 The fit is least squares with non-negative costs (`fit="mean"`, the default): tokens/s is
 one over the MEAN step time, and a call's reads wait for the slowest of them, so the tail
-of the read latency is a real cost that grows with the reads per call. The earlier least
-absolute deviations fit (`fit="median"`, robust to calls preempted by other processes)
-predicts the median call: it left that tail out and over-predicted tokens/s most where
-calls read most (+20% at the 10% budget; in a run at load 4-6 here it fitted 66-91% of
-each budget's summed call time). The price: on a loaded machine a preempted call counts
-too, so measure on a quiet one. `per_miss` includes the read itself as the engine's
+of the read latency is a real cost. The earlier least absolute deviations fit
+(`fit="median"`, robust to calls preempted by other processes) predicts the median call; in
+a run at load 4-6 it fitted only 66-91% of each budget's summed call time, in the quiet
+window 91-99%, and its predictions were 5-10% lower than the mean fit's there. On a loaded
+machine a preempted call counts in the mean fit too, so measure on a quiet one.
+All budgets' engines run side by side, interleaved token by token (as bench-flash does): run
+one after another, a slow spell of the machine landed on some budgets only, and repeated
+microbenchmarks predicted the same report anywhere from -38% to +21%.
+`per_miss` includes the read itself as the engine's
 reader achieves it under its own compute, so the storage microbenchmark's bandwidth is
 not used on top.
 
