@@ -101,25 +101,30 @@ class AioBatch:
         self.submitted += got
 
     def wait(self) -> None:
-        """Block until every read landed (short reads finished synchronously)."""
+        """Block until every read landed (short reads finished synchronously). Once the
+        whole batch is submitted, one `io_getevents` waits for all of it; completions are
+        checked as arrays (no Python per read unless one came back short)."""
         while not self.finished:
             self._submit_more()
             inflight = self.submitted - self.done
             events = self.ctx.events
+            everything = self.submitted == len(self.iocbs)
             got = _syscall(self.ctx.nr_getevents, ctypes.c_ulong(self.ctx.handle),
-                           ctypes.c_long(1), ctypes.c_long(min(inflight, len(events))),
+                           ctypes.c_long(inflight if everything else 1),
+                           ctypes.c_long(min(inflight, len(events))),
                            ctypes.c_void_p(events.ctypes.data), None)
             if got < 0:
                 err = ctypes.get_errno()
                 if err == errno.EINTR:
                     continue
                 raise OSError(err, f"io_getevents: {os.strerror(err)}")
-            for ev in events[:got]:
-                i, res = int(ev["data"]), int(ev["res"])
-                if res < 0:
-                    raise OSError(-res, f"asynchronous read failed: {os.strerror(-res)}")
-                if res != int(self.expected[i]):
-                    self._finish_short(i, res)
+            data, res = events["data"][:got].astype(np.int64), events["res"][:got]
+            if (res < 0).any():
+                bad = int(res[res < 0][0])
+                raise OSError(-bad, f"asynchronous read failed: {os.strerror(-bad)}")
+            short = np.flatnonzero(res != self.expected[data])
+            for k in short.tolist():
+                self._finish_short(int(data[k]), int(res[k]))
             self.done += got
 
     def _finish_short(self, i: int, done: int) -> None:
@@ -189,3 +194,156 @@ class AioContext:
             self.close()
         except Exception:  # interpreter shutdown
             pass
+
+
+class ScatterReads:
+    """Reads of one fixed shape through preallocated iocbs: read j is `n_pieces` pieces of
+    `piece_bytes` back to back in the file, piece p landing in buffer `piece_buf[p]`
+    (a bundled cluster: its neurons' part rows, each into its part's arena). Per batch
+    only the file offsets and the destination addresses are written (two array
+    operations), then one `io_submit`; `wait` is one `io_getevents` for the whole batch.
+    One batch in flight at a time, of at most `ctx.depth` reads."""
+
+    def __init__(self, ctx: AioContext, fd: int, n_pieces: int, piece_bytes: int,
+                 piece_buf: np.ndarray, bases: np.ndarray) -> None:
+        n = ctx.depth
+        self.ctx, self.fd, self.n_pieces = ctx, fd, n_pieces
+        self.read_bytes = n_pieces * piece_bytes
+        # iovecs [read, piece, (address, length)]: lengths constant
+        self.iov = np.zeros((n, n_pieces, 2), dtype=np.uint64)
+        self.iov[:, :, 1] = piece_bytes
+        self.piece_base = np.asarray(bases, dtype=np.int64)[np.asarray(piece_buf)]
+        self.iov_addr = self.iov.view(np.int64)[:, :, 0]
+        self.cbs = np.zeros(n, dtype=IOCB)
+        self.cbs["data"] = np.arange(n)
+        self.cbs["fildes"] = fd
+        self.cbs["opcode"] = IOCB_CMD_PREADV
+        self.cbs["buf"] = self.iov.ctypes.data + np.arange(n, dtype=np.uint64) * (n_pieces * 16)
+        self.cbs["nbytes"] = n_pieces
+        self.offset = self.cbs["offset"]  # a view: written per batch
+        self.ptrs = self.cbs.ctypes.data + np.arange(n, dtype=np.uint64) * IOCB.itemsize
+        self._ptrs = ctypes.c_void_p(self.ptrs.ctypes.data)
+        self._events = ctypes.c_void_p(ctx.events.ctypes.data)
+        self._handle = ctypes.c_ulong(ctx.handle)
+        self.pending = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.pending == 0
+
+    def submit(self, file_offsets: np.ndarray, dest_offsets: np.ndarray) -> None:
+        """Start reads j = 0..n-1 at `file_offsets[j]`, piece p of read j landing at byte
+        `dest_offsets[j, p]` of its buffer."""
+        n = int(file_offsets.size)
+        if n > self.ctx.depth:
+            raise ValueError(f"{n} reads > the AIO context's depth {self.ctx.depth}")
+        if self.pending:
+            raise RuntimeError("the previous ScatterReads batch was not collected")
+        self.offset[:n] = file_offsets
+        np.add(self.piece_base, dest_offsets, out=self.iov_addr[:n])
+        done = 0
+        while done < n:
+            got = _syscall(self.ctx.nr_submit, self._handle, ctypes.c_long(n - done),
+                           ctypes.c_void_p(self.ptrs.ctypes.data + done * 8))
+            if got < 0:
+                err = ctypes.get_errno()
+                if err == errno.EINTR:
+                    continue
+                self.pending = done
+                self.wait()
+                raise OSError(err, f"io_submit: {os.strerror(err)}")
+            done += got
+        self.pending = n
+
+    def wait(self) -> None:
+        """Block until the batch landed; a short read is finished synchronously."""
+        events = self.ctx.events
+        while self.pending:
+            got = _syscall(self.ctx.nr_getevents, self._handle, ctypes.c_long(self.pending),
+                           ctypes.c_long(self.pending), self._events, None)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err == errno.EINTR:
+                    continue
+                raise OSError(err, f"io_getevents: {os.strerror(err)}")
+            self.pending -= got
+            res = events["res"][:got]
+            if (res != self.read_bytes).any():
+                self._check(events[:got].copy())
+
+    def _check(self, events: np.ndarray) -> None:
+        for ev in events:
+            i, res = int(ev["data"]), int(ev["res"])
+            if res < 0:
+                self.pending = 0  # the rest is abandoned with the error
+                raise OSError(-res, f"asynchronous read failed: {os.strerror(-res)}")
+            done, pos = res, int(self.offset[i])
+            for addr, n in self.iov[i].tolist():
+                if done >= n:
+                    done, pos = done - n, pos + n
+                    continue
+                addr, n, pos, done = addr + done, n - done, pos + done, 0
+                while n > 0:
+                    view = (ctypes.c_char * n).from_address(addr)
+                    got = os.preadv(self.fd, [memoryview(view).cast("B")], pos)
+                    if got <= 0:
+                        raise OSError(errno.EIO, f"read past the end at byte {pos} "
+                                      "(truncated file?)")
+                    addr, n, pos = addr + got, n - got, pos + got
+
+
+def batch_read_bandwidth(fd: int, file_bytes: int, block: int, batch: int,
+                         seconds: float = 0.3, seed: int = 0) -> float:
+    """Bytes/s of random `block`-aligned reads over the first `file_bytes` of `fd` (opened
+    with O_DIRECT), issued as the flash engine issues a layer's misses: `batch` reads in
+    one `io_submit`, then one wait for all of them, repeated for about `seconds`. No
+    Python per read, so on a machine with few busy cores it measures the device (and the
+    kernel's per-read work) rather than reader threads."""
+    import mmap
+    import time
+
+    slots = file_bytes // block
+    if slots < batch:
+        raise ValueError(f"a file of {file_bytes} B holds fewer than {batch} blocks of {block}")
+    ctx = AioContext(batch)
+    buf = np.frombuffer(mmap.mmap(-1, batch * block), dtype=np.uint8)
+    try:
+        reads = ScatterReads(ctx, fd, 1, block, np.zeros(1, dtype=np.int64),
+                             np.array([buf.ctypes.data], dtype=np.int64))
+        dest = (np.arange(batch, dtype=np.int64) * block)[:, None]
+        rng = np.random.default_rng(seed)
+        n, t0 = 0, time.perf_counter()
+        while True:
+            reads.submit(rng.choice(slots, size=batch, replace=False) * block, dest)
+            reads.wait()
+            n += batch
+            wall = time.perf_counter() - t0
+            if wall >= seconds:
+                return n * block / wall
+    finally:
+        ctx.close()
+
+
+def batch_curve(path: str | os.PathLike, block: int, depth: int = 128,
+                seconds: float = 0.3) -> tuple[tuple[int, float], ...]:
+    """((batch, bytes/s), ...): `batch_read_bandwidth` of random `block` reads over the
+    whole of `path` (e.g. the flash weight file itself: the span the engine reads) with
+    O_DIRECT, at batches 1, 2, 4 ... `depth`; empty where O_DIRECT or AIO is unavailable."""
+    from powerbench.hardware.storage import open_direct
+
+    fd, direct = open_direct(str(path), True)
+    try:
+        if not direct:
+            return ()
+        size = os.path.getsize(path)
+        out = []
+        for k in range(int(np.log2(depth)) + 1):
+            if 2 ** k > size // block:
+                break
+            try:
+                out.append((2 ** k, batch_read_bandwidth(fd, size, block, 2 ** k, seconds)))
+            except OSError:
+                return ()
+        return tuple(out)
+    finally:
+        os.close(fd)

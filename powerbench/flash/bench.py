@@ -86,6 +86,29 @@ def synthetic_weights(shape: BenchShape, seed: int = 0) -> Any:
                           max_positions=1)
 
 
+def decoder_weights_around(weights: Any, model: str, seed: int = 0,
+                           overrides: tuple[str, ...] = ()) -> Any:
+    """Whole-decoder weights for `model` (its spec's shape; seeded random attention, norms,
+    positions, tied embedding / LM head: `synthetic_decoder_weights`) around the FFNs of
+    `weights` (the FFN-only benchmark's, so both share one weight file)."""
+    import dataclasses
+
+    from powerbench.engine.synthetic import synthetic_decoder_weights, synthetic_spec
+
+    spec = synthetic_spec(model, overrides=list(overrides))
+    ffn0 = weights.layers[0].ffn
+    if (spec.n_layers, spec.d_model, spec.d_ffn) != (weights.n_layers, weights.d_model,
+                                                       ffn0.d_ffn):
+        raise ValueError(f"model={model} is {spec.n_layers} x {spec.d_model} x {spec.d_ffn}, "
+                         f"the benchmarked FFNs {weights.n_layers} x {weights.d_model} x "
+                         f"{ffn0.d_ffn}")
+    # the spec's own FFNs are not built (8 neurons), then replaced by the benchmark's
+    dec = synthetic_decoder_weights(dataclasses.replace(spec, d_ffn=8), weights.dtype, seed)
+    layers = [dataclasses.replace(layer, ffn=src.ffn)
+              for layer, src in zip(dec.layers, weights.layers, strict=True)]
+    return dataclasses.replace(dec, layers=layers)
+
+
 def synthetic_profile_for(shape: BenchShape, trace_tokens: int, seed: int = 0) -> Any:
     from powerbench.model.spec import FFNKind, ModelSpec, SparsityStats
     from powerbench.profiling.synthetic import synthetic_profile
@@ -173,7 +196,8 @@ class Variant:
     bundled: bool = True
     pipeline: bool = True
     direct: bool = True
-    io_engine: str = "threads"  # threads | aio
+    io_engine: str = "auto"  # auto (native AIO with O_DIRECT) | aio | threads
+    compute_threads: int | None = None  # the flash kernels' threads (None: torch's)
 
 
 def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
@@ -184,7 +208,8 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
     out += [Variant(f"flash {b:.0%} unbundled", b, bundled=False),
             Variant(f"flash {b:.0%} no pipeline", b, pipeline=False),
             Variant(f"flash {b:.0%} unbundled no pipeline", b, bundled=False, pipeline=False),
-            Variant(f"flash {b:.0%} native AIO reads", b, io_engine="aio")]
+            Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads"),
+            Variant(f"flash {b:.0%} one compute thread", b, compute_threads=1)]
     return out
 
 
@@ -217,20 +242,32 @@ class FlashBenchReport:
     machine: str
     threads: int
     seconds: float
+    decode_results: list[VariantResult] = field(default_factory=list)
+    decode_model: str | None = None
+    decode_tokens: int = 0
+    trace_tokens: int = 0  # the synthetic profile's trace length (its draws depend on it)
+    warmup: int = 0
+    aio_curve: tuple[tuple[int, float], ...] = ()  # (batch, bytes/s) on the weight file
 
     def storage_bw(self) -> float:
-        """Measured random-read bandwidth at the engine's read size (best queue depth)."""
-        return self.storage.best_bandwidth(self.cluster_bytes)
+        """Measured random-read bandwidth at the engine's read size: the best of the
+        thread-pool microbenchmark (any queue depth) and the AIO batches on the weight
+        file (any batch)."""
+        return max([self.storage.best_bandwidth(self.cluster_bytes),
+                    *(bw for _, bw in self.aio_curve)])
 
-    def table(self) -> str:
-        base = self.results[0].round_tokens_per_s
+    def table(self, results: list[VariantResult] | None = None, tokens: int | None = None
+              ) -> str:
+        results = self.results if results is None else results
+        tokens = self.tokens_per_round if tokens is None else tokens
+        base = results[0].round_tokens_per_s
         ref = self.storage_bw()
         head = (f"{'variant':34s} {'tok/s':>8s} {'xDRAM':>6s} {'range':>11s} {'MB/tok':>7s} "
                 f"{'GB/s':>6s} "
                 f"{'%bw':>5s} {'hot':>5s} {'lru':>5s} {'wait ms':>8s} {'comp ms':>8s} "
-                f"{'plan ms':>8s}")
+                f"{'plan ms':>8s} {'subm ms':>8s}")
         lines = [head, "-" * len(head)]
-        for r in self.results:
+        for r in results:
             m = r.metrics
             ratios = [a / b for a, b in zip(r.round_tokens_per_s, base, strict=True)]
             ratio = statistics.median(ratios)
@@ -238,7 +275,7 @@ class FlashBenchReport:
             if r.variant.budget is None:
                 lines.append(f"{r.variant.name:34s} {r.tokens_per_s:8.1f} {1.0:6.2f}")
                 continue
-            steps = self.tokens_per_round * self.rounds
+            steps = tokens * self.rounds
             gbs = m.get("flash_read_gb_s", 0.0)
             lines.append(
                 f"{r.variant.name + ('' if r.variant.direct else ' (buffered)'):34s} "
@@ -246,7 +283,8 @@ class FlashBenchReport:
                 f"{m['flash_bytes_read_per_token'] / MB:7.2f} {gbs:6.2f} "
                 f"{100 * gbs * GB / ref:5.0f} {m['flash_hit_rate_hot']:5.2f} "
                 f"{m['flash_hit_rate_lru']:5.2f} {1e3 * m['flash_io_wait_s'] / steps:8.2f} "
-                f"{1e3 * m['flash_compute_s'] / steps:8.2f} {1e3 * m['flash_plan_s'] / steps:8.2f}")
+                f"{1e3 * m['flash_compute_s'] / steps:8.2f} {1e3 * m['flash_plan_s'] / steps:8.2f} "
+                f"{1e3 * m.get('flash_submit_s', 0.0) / steps:8.2f}")
         return "\n".join(lines)
 
     def render(self) -> str:
@@ -263,17 +301,28 @@ class FlashBenchReport:
             f"machine: {self.machine}, torch threads {self.threads}, io_threads "
             f"{self.io_threads}; load average before {self.loadavg_before}, after "
             f"{self.loadavg_after}",
+            f"trace tokens {self.trace_tokens} (seed 0): warm-up {self.warmup}, then "
+            f"{self.rounds} x {self.tokens_per_round} FFN-only"
+            + (f", then {self.rounds} x {self.decode_tokens} whole-decode" if self.decode_tokens
+               else "") + " tokens, each round on new trace tokens",
             f"rounds {self.rounds} x {self.tokens_per_round} tokens, variants interleaved "
             "(tok/s: median round; xDRAM: median over rounds of the ratio to the DRAM engine's "
-            "tok/s in the same round, range: min-max); ms columns: per token; "
+            "tok/s in the same round, range: min-max); ms columns: per token (plan: the "
+            "engine's own planning; subm: handing reads to the kernel, io_submit's per-read "
+            "kernel work included; wait: blocked on reads; comp: sparse kernels); "
             f"wall {self.seconds:.0f} s",
             f"storage (O_DIRECT={st.direct}, {st.path}): random reads "
             + ", ".join(f"{r.block_bytes // 1024}K qd{r.queue_depth} "
                         f"{r.bandwidth / GB:.2f} GB/s ({r.latency_s * 1e6:.0f} us)"
                         for r in st.results),
+            f"AIO batches on the weight file ({self.cluster_bytes // 1024}K random reads "
+            "submitted together, then one wait for all: the engine's pattern per layer): "
+            + (", ".join(f"{b}: {bw / GB:.2f}" for b, bw in self.aio_curve) + " GB/s"
+               if self.aio_curve else "n/a"),
             f"%bw = achieved / measured random-read bandwidth at the engine's read size "
-            f"({self.cluster_bytes // 1024}K, best queue depth: {self.storage_bw() / GB:.2f} "
-            f"GB/s); best measured at any size {self.storage.random_read_bw / GB:.2f} GB/s. "
+            f"({self.cluster_bytes // 1024}K, best of both microbenchmarks: "
+            f"{self.storage_bw() / GB:.2f} GB/s); best measured at any size "
+            f"{self.storage.random_read_bw / GB:.2f} GB/s. "
             "Achieved = bytes / time the reads were outstanding as seen by the engine "
             "(an upper bound on device time when overlapped)",
             f"page cache: weight-file pages added (mincore) during O_DIRECT variants "
@@ -287,6 +336,21 @@ class FlashBenchReport:
             "max |flash - dram| over the first round's outputs: "
             + ", ".join(f"{r.variant.name}: {r.max_abs_diff:.2e}" for r in self.results[1:]),
         ]
+        if self.decode_results:
+            out += [
+                "",
+                f"WHOLE DECODE STEPS ({self.decode_model} shape, batch 1, {self.decode_tokens} "
+                "tokens per round from an empty KV cache, the same rounds interleaved): "
+                "attention, norms, positions and the LM head in DRAM on both sides (seeded "
+                "random, dense kernels), the FFN from the engines above (same objects, caches "
+                "warm; new trace tokens after the FFN-only rounds').",
+                "",
+                self.table(self.decode_results, self.decode_tokens),
+                "",
+                "max |flash - dram| of the first round's last logits: "
+                + ", ".join(f"{r.variant.name}: {r.max_abs_diff:.2e}"
+                            for r in self.decode_results[1:]),
+            ]
         return "\n".join(out)
 
 
@@ -299,8 +363,11 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                     hot_fraction: float = 0.5, cache_dir: str | os.PathLike | None = None,
                     buffered_check: bool = True, storage_mb: int = 512,
                     storage_seconds: float = 0.5, seed: int = 0,
-                    log: Any = print) -> FlashBenchReport:
-    """Measure the variants side by side (see the module docstring)."""
+                    decode_model: str | None = None, decode_tokens: int = 16,
+                    decode_overrides: tuple[str, ...] = (), log: Any = print) -> FlashBenchReport:
+    """Measure the variants side by side (see the module docstring). With `decode_model`
+    (a model config whose shape is `shape`'s, e.g. opt_1_3b), whole decode steps too: the
+    in-DRAM engine and the default flash variants as the FFN of one `Decoder` each."""
     from powerbench.engine.sparse import SparseFFN
     from powerbench.hardware.storage import measure_storage
 
@@ -321,7 +388,9 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     load_before = os.getloadavg()
     log(f"bench: synthetic weights {shape} ...")
     weights = synthetic_weights(shape, seed)
-    trace_len = warmup + rounds * tokens
+    decode_tokens = min(decode_tokens, tokens) if decode_model else 0
+    # warm-up, the FFN-only rounds, then the whole-decode rounds: every round on new tokens
+    trace_len = warmup + rounds * tokens + rounds * decode_tokens
     profile = synthetic_profile_for(shape, trace_len, seed)
     sets = TraceActiveSets(profile)
     xs = torch.randn(trace_len, 1, shape.d_model, generator=torch.Generator().manual_seed(seed))
@@ -339,6 +408,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                            dram_budget_fraction=v.budget, hot_fraction=hot_fraction,
                            io_threads=io_threads, io_engine=v.io_engine, bundled=v.bundled,
                            pipeline=v.pipeline, direct=v.direct, dense_from_rows=0,
+                           compute_threads=v.compute_threads,
                            profile=profile)
         engines.append(ffn)
         results.append(VariantResult(v, load_s=time.perf_counter() - t0))
@@ -404,23 +474,24 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
         log(f"bench: round {r + 1}/{rounds}: " + ", ".join(
             f"{res.variant.name} {res.round_tokens_per_s[-1]:.1f}" for res in results))
     for res, tot in zip(results, totals, strict=True):
-        res.tokens_per_s = statistics.median(res.round_tokens_per_s)
-        if res.variant.budget is not None:
-            m = {k: v / rounds for k, v in tot.items()}  # per-round means
-            for k in ("flash_io_wait_s", "flash_compute_s", "flash_plan_s", "flash_install_s",
-                      "flash_io_active_s", "flash_reads"):
-                m[k] = tot[k]  # totals over all rounds
-            read_bytes = m["flash_bytes_read_per_token"] * tokens * rounds
-            m["flash_read_gb_s"] = read_bytes / tot["flash_io_active_s"] / GB \
-                if tot["flash_io_active_s"] else 0.0
-            res.metrics = m
+        _summarise(res, tot, rounds, tokens)
+    decode_results = (_decode_rounds(weights, engines, results, sets, decode_model,
+                                     decode_tokens, rounds, warmup + rounds * tokens, seed,
+                                     decode_overrides, log) if decode_model else [])
     flash_ffns = [e for e in engines if isinstance(e, FlashFFN)]
     g = flash_ffns[0].geometry
+    bundled_file = next((e.path for e in flash_ffns if e.geometry.bundled), flash_ffns[0].path)
     for e in flash_ffns:
         e.close()
     del engines, flash_ffns
     gc.collect()
-    log("bench: storage microbenchmark ...")
+    log("bench: storage microbenchmarks ...")
+    from powerbench.flash.aio import batch_curve
+
+    try:
+        curve = batch_curve(bundled_file, g.cluster_bytes, seconds=storage_seconds / 2)
+    except OSError:  # no native AIO here
+        curve = ()
     storage = measure_storage(root, file_mb=storage_mb,
                               blocks_kb=tuple(sorted({g.cluster_bytes // 1024, 4, 512})),
                               queue_depths=tuple(sorted({1, 8, io_threads, 32})),
@@ -432,4 +503,77 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
         cached_growth_buffered=cached_buffered, file_cache_direct=file_direct,
         file_cache_buffered=file_buffered, loadavg_before=load_before,
         loadavg_after=os.getloadavg(), machine=f"{cpu_model()}, {os.cpu_count()} CPUs",
-        threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start)
+        threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start,
+        decode_results=decode_results, decode_model=decode_model,
+        decode_tokens=decode_tokens, trace_tokens=trace_len, warmup=warmup, aio_curve=curve)
+
+
+def _summarise(res: VariantResult, tot: dict[str, float], rounds: int, tokens: int) -> None:
+    res.tokens_per_s = statistics.median(res.round_tokens_per_s)
+    if res.variant.budget is None:
+        return
+    m = {k: v / rounds for k, v in tot.items()}  # per-round means
+    for k in ("flash_io_wait_s", "flash_compute_s", "flash_plan_s", "flash_submit_s",
+              "flash_install_s", "flash_io_active_s", "flash_reads"):
+        m[k] = tot[k]  # totals over all rounds
+    read_bytes = m["flash_bytes_read_per_token"] * tokens * rounds
+    m["flash_read_gb_s"] = read_bytes / tot["flash_io_active_s"] / GB \
+        if tot["flash_io_active_s"] else 0.0
+    res.metrics = m
+
+
+def _decode_rounds(weights: Any, engines: list[Any], results: list[VariantResult],
+                   sets: TraceActiveSets, model: str, tokens: int, rounds: int, first: int,
+                   seed: int, overrides: tuple[str, ...], log: Any) -> list[VariantResult]:
+    """Whole decode steps: one `Decoder` per engine (the DRAM one and the default flash
+    variants: bundled, pipelined, O_DIRECT, default I/O engine), interleaved rounds of
+    `tokens` steps from an empty KV cache, round r on trace tokens first + r * tokens on
+    (after the FFN-only rounds' tokens: new to the caches)."""
+    from powerbench.engine.decoder import Decoder
+
+    dweights = decoder_weights_around(weights, model, seed, overrides)
+    default = Variant("", 0.0)
+    chosen = [i for i, r in enumerate(results)
+              if r.variant.budget is None or (
+                  (r.variant.bundled, r.variant.pipeline, r.variant.direct, r.variant.io_engine,
+                   r.variant.compute_threads)
+                  == (default.bundled, default.pipeline, default.direct, default.io_engine,
+                      default.compute_threads))]
+    decoders = [Decoder(dweights, ffn=engines[i]) for i in chosen]
+    out = [VariantResult(Variant("decode " + results[i].variant.name, results[i].variant.budget,
+                                 io_engine=results[i].variant.io_engine)) for i in chosen]
+    ids = torch.randint(0, dweights.lm_head.shape[0], (tokens,),
+                        generator=torch.Generator().manual_seed(seed + 7))
+
+    def run(dec: Decoder, start: int) -> tuple[float, torch.Tensor]:
+        sets.seek(start)
+        cache = dec.new_cache(1, tokens)
+        t0 = time.perf_counter()
+        for t in range(tokens):
+            logits = dec.forward(ids[t].view(1, 1), cache, last_only=True)
+        return time.perf_counter() - t0, logits
+
+    for dec in decoders:  # warm-up: one token each (kernels, allocator)
+        sets.seek(0)
+        dec.forward(ids[:1].view(1, 1), dec.new_cache(1, 1), last_only=True)
+        if isinstance(dec.ffn, FlashFFN):
+            dec.ffn.rewind()
+    totals: list[dict[str, float]] = [{} for _ in chosen]
+    for r in range(rounds):
+        ref = None
+        for k, (dec, res) in enumerate(zip(decoders, out, strict=True)):
+            dt, logits = run(dec, first + r * tokens)
+            res.round_tokens_per_s.append(tokens / dt)
+            if res.variant.budget is None:
+                ref = logits
+                continue
+            if r == 0 and ref is not None:
+                res.max_abs_diff = float((logits.float() - ref.float()).abs().max())
+            for key, val in dec.ffn.metrics().items():
+                totals[k][key] = totals[k].get(key, 0.0) + val
+            dec.ffn.rewind()
+        log(f"bench: decode round {r + 1}/{rounds}: " + ", ".join(
+            f"{res.variant.name} {res.round_tokens_per_s[-1]:.2f}" for res in out))
+    for res, tot in zip(out, totals, strict=True):
+        _summarise(res, tot, rounds, tokens)
+    return out

@@ -159,27 +159,36 @@ class SegmentedNeuronCache:
         return self.owner[a:b][order]
 
     # ---- a layer call -----------------------------------------------------------------------
-    def lookup(self, layer: int, units: np.ndarray, count: bool = True) -> Lookup:
-        """Which of `units` (distinct cluster ids) are resident; stamps the LRU hits as the
-        most recent (in the order given) and protects them from this call's admissions."""
-        units = np.asarray(units, dtype=np.int64)
-        slots = self.slot_of[layer, units]
-        hit = slots >= 0
-        hit_pos = np.flatnonzero(hit)
-        hit_slots = slots[hit_pos]
+    def lookup_slots(self, layer: int, units: np.ndarray, count: bool = True
+                     ) -> tuple[np.ndarray, int]:
+        """The engine's per-call lookup, a handful of array operations: `slots[i]` = the
+        slot holding `units[i]` (distinct cluster ids), -1 where it is missing, and the
+        number missing. Stamps the LRU hits as the most recent (in the order given) and
+        protects them from this call's admissions."""
+        slots = self.slot_of[layer][units]
+        lru = slots >= self.n_hot
+        lru_slots = slots[lru]
+        n_lru = int(lru_slots.size)
+        n_miss = int(np.count_nonzero(slots < 0))
         self._call_start = self.tick
-        lru = hit_slots >= self.n_hot
-        n_lru = int(lru.sum())
         if n_lru:
-            self.last_used[hit_slots[lru]] = self.tick + np.arange(n_lru)
+            self.last_used[lru_slots] = np.arange(self.tick, self.tick + n_lru)
         self.tick += max(n_lru, 1)
         if count:
             s = self.stats
-            s.lookups += int(units.size)
+            s.lookups += int(slots.size)
             s.lru_hits += n_lru
-            s.hot_hits += int(hit_pos.size) - n_lru
-            s.misses += int(units.size) - int(hit_pos.size)
-        return Lookup(hit_pos=hit_pos, hit_slots=hit_slots, miss_pos=np.flatnonzero(~hit))
+            s.hot_hits += int(slots.size) - n_lru - n_miss
+            s.misses += n_miss
+        return slots, n_miss
+
+    def lookup(self, layer: int, units: np.ndarray, count: bool = True) -> Lookup:
+        """Which of `units` (distinct cluster ids) are resident: `lookup_slots` split into
+        hit positions (with their slots) and miss positions."""
+        slots, _ = self.lookup_slots(layer, np.asarray(units, dtype=np.int64), count)
+        hit = slots >= 0
+        hit_pos = np.flatnonzero(hit)
+        return Lookup(hit_pos=hit_pos, hit_slots=slots[hit_pos], miss_pos=np.flatnonzero(~hit))
 
     def admit(self, layer: int, units: np.ndarray, count: bool = True) -> np.ndarray:
         """Give missing `units` of `layer` LRU slots, evicting the least recently used

@@ -37,6 +37,8 @@ class PipelineTimes:
     io_active_s: float = 0.0  # wall time from submitting a call's reads to the last one landing
     install_s: float = 0.0  # copying read clusters from the staging buffer into the arena
     plan_s: float = 0.0  # cluster grouping, cache lookup, extent planning
+    submit_s: float = 0.0  # handing the reads to the kernel / the I/O pool (io_submit: the
+    # kernel's per-read work runs in the caller)
     calls: int = 0
     calls_with_reads: int = 0
 
@@ -96,10 +98,12 @@ class NeuronArena:
         if self.b1_np is not None and b1 is not None and slots.size:
             self.b1_np[self.rows(slots)] = b1[self.rows(clusters)]
 
-    def ops_weights(self) -> ops_weights.ReluFFNWeights | ops_weights.GatedFFNWeights:
+    def ops_weights(self, b2: Tensor | None = None
+                    ) -> ops_weights.ReluFFNWeights | ops_weights.GatedFFNWeights:
+        """The arena as the sparse operators' weights (`b2`: a layer's fc2 bias, relu)."""
         if self.g.kind == "relu":
             return ops_weights.ReluFFNWeights(w1=self.parts[0], b1=self.b1,
-                                              w2_t=self.parts[1], b2=None)
+                                              w2_t=self.parts[1], b2=b2)
         return ops_weights.GatedFFNWeights(w_gate=self.parts[0], w_up=self.parts[1],
                                            w_down_t=self.parts[2], kind=self.g.kind)
 
@@ -116,6 +120,10 @@ class LayerPipeline:
         self.scratch_base = cache.n_slots
         self.arena = NeuronArena(g, cache.n_slots + g.n_clusters)
         self.kernel = ops.prepare_ffn(self.arena.ops_weights())
+        # per layer: the same kernel with the layer's fc2 bias (added in the kernel)
+        self.kernels_b2 = [self.kernel if b2 is None else
+                           ops.prepare_ffn(self.arena.ops_weights(b2[layer]))
+                           for layer in range(g.n_layers)]
         # fc1 biases padded to whole clusters (the arena copies them by cluster)
         pad = g.n_clusters * g.cluster_neurons - g.d_ffn
         self.b1 = None if b1 is None else [np.pad(b.float().numpy(), (0, pad)) for b in b1]
@@ -125,6 +133,15 @@ class LayerPipeline:
         self.zero_copy = g.row_bytes % ALIGN == 0 or not reader.direct
         self.stage_np = aligned_buffer(0 if self.zero_copy else g.n_clusters * g.cluster_bytes)
         self.times = PipelineTimes()
+        # AIO through preallocated iocbs for the common read: one bundled cluster into its
+        # arena rows (None: thread-pool reads, or reads that need a staging copy)
+        self.scatter = None
+        if self.zero_copy and g.bundled:
+            cn, n_p = g.cluster_neurons, g.n_parts
+            self.scatter = reader.scatter_reads(cn * n_p, g.row_bytes,
+                                                np.tile(np.arange(n_p), cn), self.arena.flat_np)
+            # byte offset in its part's arena of piece (k, p) of a cluster in slot 0
+            self.piece_dest = np.repeat(np.arange(cn, dtype=np.int64) * g.row_bytes, n_p)
 
     # ---- loading ------------------------------------------------------------------------------
     def load_hot(self) -> None:
@@ -143,6 +160,15 @@ class LayerPipeline:
         if self.zero_copy:
             b1 = None if self.b1 is None else self.b1[layer]
             self.arena.set_b1(slots, clusters, b1)
+            scatter = self.scatter
+            if (scatter is not None and clusters.size <= scatter.ctx.depth
+                    and (clusters.size < 2 or np.diff(clusters).min() > 1)):
+                # no two clusters adjacent in the file: one read per cluster, through the
+                # preallocated AIO batch
+                g = self.g
+                dest = (slots * (g.cluster_neurons * g.row_bytes))[:, None] + self.piece_dest
+                return self.reader.submit_scatter(scatter, base + clusters * g.cluster_bytes,
+                                                  dest)
             if self.g.bundled and (clusters.size < 2 or np.diff(clusters).min() > 1):
                 # no two clusters adjacent in the file: one read per cluster, built directly
                 plan = self._bundled_plan(base, clusters, slots)
@@ -174,11 +200,13 @@ class LayerPipeline:
                                None if self.b1 is None else self.b1[layer])
 
     # ---- one call --------------------------------------------------------------------------------
-    def _compute(self, x: Tensor, rows: np.ndarray) -> Tensor | None:
+    def _compute(self, x: Tensor, rows: np.ndarray, layer: int | None = None) -> Tensor | None:
+        """The kernel over arena `rows`; with `layer`, the layer's fc2 bias added in it."""
         if rows.size == 0:
             return None
         t0 = time.perf_counter()
-        y = self.kernel(x, torch.from_numpy(rows))
+        kernel = self.kernel if layer is None else self.kernels_b2[layer]
+        y = kernel(x, torch.from_numpy(rows))
         self.times.compute_s += time.perf_counter() - t0
         return y
 
@@ -187,47 +215,60 @@ class LayerPipeline:
         """y fp32 [n_tokens, d_model] = the FFN over neurons `ids` (int64, distinct).
 
         `cache_misses` False: missing clusters go to scratch only (a prompt's full sweep
-        must not flush the cache). `count` False: not in the cache's hit counters."""
-        g, cn, t = self.g, self.g.cluster_neurons, self.times
+        must not flush the cache). `count` False: not in the cache's hit counters.
+
+        Planning is a few whole-array operations per call (no Python per neuron or read):
+        one gather of the cache's slot map gives every cluster's slot (-1: missing); a call
+        with no misses computes at once from those slots."""
+        cn, t = self.g.cluster_neurons, self.times
         t0 = time.perf_counter()
-        ids_np = ids.detach().cpu().numpy().astype(np.int64, copy=False)
+        ids_np = ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
         if cn == 1 and (ids_np.size < 2 or np.diff(ids_np).min() > 0):
-            units, inv = ids_np, slice(None)  # sorted distinct ids are their own clusters
+            units, inv = ids_np, None  # sorted distinct ids are their own clusters
         else:
             units, inv = np.unique(ids_np // cn, return_inverse=True)
-        look = self.cache.lookup(layer, units, count=count)
-        unit_slot = np.empty(units.size, dtype=np.int64)
-        unit_slot[look.hit_pos] = look.hit_slots
-        resident_unit = np.zeros(units.size, dtype=bool)
-        resident_unit[look.hit_pos] = True
-        miss = units[look.miss_pos]  # ascending
-        pending = None
-        if miss.size:
-            slots = (self.cache.admit(layer, miss, count=count) if cache_misses
-                     else np.full(miss.size, -1, dtype=np.int64))
-            spill = slots < 0
-            slots[spill] = self.scratch_base + np.arange(int(spill.sum()))
-            unit_slot[look.miss_pos] = slots
-            pending = self._read_submit(layer, miss, slots)
-        rows = unit_slot[inv] * cn + ids_np % cn
-        t.plan_s += time.perf_counter() - t0
+        slots, n_miss = self.cache.lookup_slots(layer, units, count=count)
         t.calls += 1
-        if pending is None:
-            y = self._compute(x, rows)
+        if n_miss == 0:
+            rows = slots if inv is None else slots[inv] * cn + ids_np % cn
+            t.plan_s += time.perf_counter() - t0
+            y = self._compute(x, rows, layer)
+            return y if y is not None else self._zeros(x, layer)
+        hit = slots >= 0
+        miss_pos = np.flatnonzero(~hit)
+        miss = units[miss_pos]  # ascending
+        new = (self.cache.admit(layer, miss, count=count) if cache_misses
+               else np.full(miss.size, -1, dtype=np.int64))
+        spill = new < 0
+        if spill.any():
+            new[spill] = self.scratch_base + np.arange(int(np.count_nonzero(spill)))
+        slots[miss_pos] = new
+        t1 = time.perf_counter()
+        pending = self._read_submit(layer, miss, new)
+        t.submit_s += time.perf_counter() - t1
+        t0 += time.perf_counter() - t1  # plan_s leaves the submission out
+        if inv is None:
+            rows, resident = slots, hit
         else:
-            t.calls_with_reads += 1
-            resident = resident_unit[inv]
-            y = self._compute(x, rows[resident]) if self.overlap else None
-            t1 = time.perf_counter()
-            t.io_active_s += pending.wait()
-            t2 = time.perf_counter()
-            t.io_wait_s += t2 - t1
-            self._install(layer, slots, miss)
-            t.install_s += time.perf_counter() - t2
-            rest = self._compute(x, rows[~resident] if self.overlap else rows)
-            y = rest if y is None else (y if rest is None else y + rest)
+            rows, resident = slots[inv] * cn + ids_np % cn, hit[inv]
+        t.plan_s += time.perf_counter() - t0
+        t.calls_with_reads += 1
+        # the pipeline: the resident neurons (with the fc2 bias) while the reads run
+        y = self._compute(x, rows[resident], layer) if self.overlap else None
+        t1 = time.perf_counter()
+        t.io_active_s += pending.wait()
+        t2 = time.perf_counter()
+        t.io_wait_s += t2 - t1
+        self._install(layer, new, miss)
+        t.install_s += time.perf_counter() - t2
         if y is None:
-            y = torch.zeros(x.shape[0], g.d_model, dtype=torch.float32)
-        if self.b2 is not None:
-            y = y + self.b2[layer]
-        return y
+            y = self._compute(x, rows if not self.overlap else rows[~resident], layer)
+        else:
+            rest = self._compute(x, rows[~resident])
+            if rest is not None:
+                y = y + rest
+        return y if y is not None else self._zeros(x, layer)
+
+    def _zeros(self, x: Tensor, layer: int) -> Tensor:
+        y = torch.zeros(x.shape[0], self.g.d_model, dtype=torch.float32)
+        return y + self.b2[layer] if self.b2 is not None else y

@@ -1,7 +1,7 @@
 """The simulator's flash tier predicting the measured `engine=flash` benchmark on this
 machine (`powerbench bench-flash`, results/flash_bench.txt), at its DRAM budgets.
 
-    python -m powerbench.flash.predict_local [results/flash_bench.txt] [out.csv]
+    python -m powerbench.flash.predict_local [results/flash_bench.txt] [out.csv] [mean|median]
 
 Same workload as the benchmark: OPT-1.3B-shaped FFNs (fp16, one 8 KB bundled neuron per
 cluster), the synthetic OPT profile with the benchmark's seed and trace length, hot share
@@ -12,11 +12,13 @@ direct check of the replay against the engine.
 
 Time per token (`engine_costs`, the default): per layer call
     fixed + per_active x computed neurons + per_miss x missed clusters
-    + per_task x min(io_threads, missed clusters)
-with the unit costs MEASURED by a microbenchmark of the engine's own layer path on a small
-4-layer model of the same layer shape (powerbench.flash.overheads, cached per machine):
-the Python planning, the kernel on cache slots and the reads as the engine achieves them
-on this machine's cores. The counts (computed neurons, misses) are the replay's. Nothing
+    + per_task x min(task_cap, missed clusters)
+(task_cap: io_threads for the thread-pool reader, 1 for native AIO: one batch per call;
+least squares: tokens/s follows the mean call, see powerbench.flash.overheads)
+with the unit costs MEASURED by a microbenchmark of the engine's own layer path on the
+benchmark's shape and weight file (powerbench.flash.overheads, cached per machine and
+engine version): the planning, the kernel on cache slots and the reads as the engine
+achieves them on this machine's cores. The counts (computed neurons, misses) are the replay's. Nothing
 is taken from the benchmark report being predicted except its measured rows (compared).
 
 `storage` (the earlier model, kept for comparison): per layer max(compute, reads) + one
@@ -50,6 +52,7 @@ class Measured:
     read_bw: float  # bytes/s, random reads of the cluster size at the engine's queue depth
     read_latency_s: float  # queue depth 1
     rows: dict[float, dict[str, float]]  # budget -> tok_s, mb_tok, hot, lru, wait_ms
+    trace_tokens: int = WARMUP + TOKENS * ROUNDS  # the profile's trace length (its draws)
 
 
 def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measured:
@@ -66,7 +69,9 @@ def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measure
         rows[int(m[1]) / 100] = {"tok_s": float(m[2]), "mb_tok": float(m[3]),
                                  "hot": float(m[4]), "lru": float(m[5]),
                                  "wait_ms": float(m[6])}
-    return Measured(float(dram[1]), float(bw[1]) * 1e9, float(lat[1]) * 1e-6, rows)
+    trace = re.search(r"^trace tokens (\d+)", text, re.M)
+    return Measured(float(dram[1]), float(bw[1]) * 1e9, float(lat[1]) * 1e-6, rows,
+                    int(trace[1]) if trace else WARMUP + TOKENS * ROUNDS)
 
 
 def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
@@ -75,7 +80,8 @@ def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
     """Per budget: predicted vs measured. `costs`: the engine's measured unit costs (module
     docstring); None: the storage model (`storage_tok_s` only)."""
     shape = shape or BenchShape()
-    profile = synthetic_profile_for(shape, WARMUP + TOKENS * ROUNDS, SEED)
+    profile = synthetic_profile_for(shape, measured.trace_tokens, SEED)
+    end = WARMUP + TOKENS * ROUNDS  # the FFN-only rounds (whole-decode rounds follow)
     n, L = shape.d_ffn, shape.n_layers
     neuron_bytes = 2 * shape.d_model * 2.0  # fc1 row + fc2 column, fp16, bundled
     freq = [layer.frequency for layer in profile.layers]
@@ -85,7 +91,7 @@ def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
     for b in budgets:
         seg = plan_segments(np.stack(freq), L, n, int(b * L * n), HOT)
         plan = FlashPlan(FlashPolicy.segmented, 1, seg, neuron_bytes, warm_tokens=WARMUP)
-        t = replay(plan, [m[WARMUP:] for m in masks], [m[:WARMUP] for m in masks], freq)
+        t = replay(plan, [m[WARMUP:end] for m in masks], [m[:WARMUP] for m in masks], freq)
         io = t.bytes / measured.read_bw
         step = (np.maximum(comp, io) + np.where(io > 0, measured.read_latency_s, 0.0)).sum(1)
         rates = t.hit_rates()
@@ -108,11 +114,15 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     report = Path(args[0] if args else "results/flash_bench.txt")
     out = Path(args[1] if len(args) > 1 else "results/flash_predict_local.csv")
-    costs = engine_costs()
+    costs = engine_costs(fit=args[2]) if len(args) > 2 else engine_costs()
     print(f"engine unit costs ({costs.measured_at}, load {costs.loadavg}): fixed "
           f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
-          f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task (median fit error "
-          f"{costs.median_rel_error:.0%} over {costs.calls} calls)")
+          f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task "
+          f"({costs.io_engine}, at most {costs.task_cap} per call; median fit error "
+          f"{costs.median_rel_error:.0%} over {costs.calls} calls; {costs.fit} fit, fitted / "
+          "measured summed call time per budget " + ", ".join(
+              f"{b:.0%}: {r:.2f}" for b, r in zip(costs.budgets, costs.budget_fit, strict=False))
+          + ")")
     table = predict(parse_report(report.read_text()), costs=costs)
     table.to_csv(out, index=False, float_format="%.4g")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))

@@ -36,7 +36,7 @@ from typing import Literal
 
 import numpy as np
 
-from powerbench.flash.aio import AioBatch, AioContext
+from powerbench.flash.aio import AioBatch, AioContext, ScatterReads
 from powerbench.hardware.storage import open_direct
 
 IOV_MAX = 1024
@@ -216,7 +216,7 @@ class PendingRead:
     futures: list[Task] = field(default_factory=list)
     started: float = 0.0
     finished: list[float] = field(default_factory=list)
-    batch: AioBatch | None = None
+    batch: AioBatch | ScatterReads | None = None
     on_done: Callable[[], None] | None = None
 
     collected: bool = False  # wait() has returned or raised
@@ -369,6 +369,39 @@ class DirectReader:
             shares = [ops[i:: self.io_threads] for i in range(min(self.io_threads, len(ops)))]
             pending.futures = [self.pool.submit(self._run, share, dests, pending)
                                for share in shares]
+        self._last = pending
+        return pending
+
+    def scatter_reads(self, n_pieces: int, piece_bytes: int, piece_buf: np.ndarray,
+                      dests: list[np.ndarray]) -> ScatterReads | None:
+        """Preallocated AIO reads of one shape (`ScatterReads`) into `dests`; None with the
+        thread-pool engine."""
+        if self.aio is None:
+            return None
+        bases = np.array([d.ctypes.data for d in dests], dtype=np.int64)
+        return ScatterReads(self.aio, self.fd, n_pieces, piece_bytes, piece_buf, bases)
+
+    def submit_scatter(self, reads: ScatterReads, file_offsets: np.ndarray,
+                       dest_offsets: np.ndarray) -> PendingRead:
+        """Start `reads` (from `scatter_reads`): read j at `file_offsets[j]`, its piece p
+        at byte `dest_offsets[j, p]` of its buffer. Returns at once."""
+        if self._last is not None and not self._last.collected:
+            self._last.wait()
+        pending = PendingRead(started=time.perf_counter(), batch=reads)
+        if self.submit_thread:  # io_submit's kernel work in a pool worker
+            pending.futures = [self.pool.submit(reads.submit, file_offsets, dest_offsets)]
+        else:
+            reads.submit(file_offsets, dest_offsets)
+        n = int(file_offsets.size)
+        stats = self.stats
+        stats.extents += n
+
+        def count() -> None:
+            stats.bytes_read += n * reads.read_bytes
+            stats.reads += n
+            stats.busy_s += pending.finished[-1] - pending.started
+
+        pending.on_done = count
         self._last = pending
         return pending
 

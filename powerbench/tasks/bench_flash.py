@@ -18,7 +18,8 @@ def bench_flash(task: BenchFlashTask, cfg: PowerbenchConfig, out_dir: Path) -> F
     report = run_flash_bench(shape, default_variants(tuple(task.budgets)), tokens=task.tokens,
                              rounds=task.rounds, warmup=task.warmup, io_threads=task.io_threads,
                              hot_fraction=task.hot_fraction,
-                             cache_dir=str(cache_dir(cfg.cache_dir) / "flash"))
+                             cache_dir=str(cache_dir(cfg.cache_dir) / "flash"),
+                             decode_model=task.decode_model, decode_tokens=task.decode_tokens)
     text = report.render()
     print(text)
     out = Path(task.out) if task.out else results_dir() / "flash_bench.txt"
@@ -28,6 +29,7 @@ def bench_flash(task: BenchFlashTask, cfg: PowerbenchConfig, out_dir: Path) -> F
     with tracker.run("bench-flash", tags={"measured": "true", "synthetic_weights": "true"}):
         tracker.log_params({"task": as_container(task)})
         tracker.log_metrics({f"{r.variant.name.replace(' ', '_').replace('%', 'pct')}"
-                             "_tokens_per_s": r.tokens_per_s for r in report.results})
+                             "_tokens_per_s": r.tokens_per_s
+                             for r in report.results + report.decode_results})
         tracker.log_artifact(out)
     return report

@@ -132,7 +132,8 @@ class BenchFlashTask:
     """Flash-offloaded FFN (PowerInfer-2) vs the in-DRAM sparse FFN, with the ablation.
 
     Synthetic random weights of a real-size shape (only speed is meaningful), active sets
-    drawn from the synthetic OPT profile; FFN-only decode steps.
+    drawn from the synthetic OPT profile; FFN-only decode steps, then whole decode steps
+    (attention, norms, LM head in DRAM on both sides) of `decode_model`'s shape.
     """
 
     _target_: str = "powerbench.tasks.bench_flash.bench_flash"
@@ -147,6 +148,8 @@ class BenchFlashTask:
     d_ffn: int = 8192
     dtype: str = "float16"
     budgets: list[float] = field(default_factory=lambda: [1.0, 0.5, 0.25, 0.1])
+    decode_model: str | None = "opt_1_3b"  # whole decode steps of this shape; null: FFN only
+    decode_tokens: int = 16  # whole decode steps per round (at most `tokens`)
     out: str | None = None  # report file (None: results/flash_bench.txt)
 
 

@@ -30,6 +30,10 @@ def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
                 Variant("flash 25% unbundled", 0.25, bundled=False)]
     report = run_flash_bench(shape, variants, tokens=3, rounds=2, warmup=2, io_threads=2,
                              cache_dir=tmp_path, storage_mb=4, storage_seconds=0.02,
+                             decode_model="opt_1_3b", decode_tokens=2,
+                             decode_overrides=("spec.n_layers=2", "spec.d_model=1024",
+                                               "spec.d_ffn=512", "spec.n_heads=8",
+                                               "spec.n_kv_heads=8", "spec.vocab_size=64"),
                              log=lambda *_: None)
     assert [r.variant.name for r in report.results][-1] == "flash 25%"  # + the buffered one
     assert not report.results[-1].variant.direct
@@ -40,5 +44,17 @@ def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
         assert r.metrics["flash_bytes_read_per_token"] > 0
     assert report.file_cache_direct == 0  # O_DIRECT reads left no file page behind
     assert report.file_cache_buffered > 0
+    # whole decode steps: the DRAM engine and the default flash variant (not the ablations)
+    assert [r.variant.name for r in report.decode_results] == ["decode dram", "decode flash 25%"]
+    for r in report.decode_results:
+        assert r.tokens_per_s > 0 and len(r.round_tokens_per_s) == 2
+    flash = report.decode_results[1]
+    assert flash.max_abs_diff < 5e-2  # the same decoder around the same FFN (fp16 logits)
+    assert flash.metrics["flash_bytes_read_per_token"] > 0
+    assert report.trace_tokens == 2 + 2 * 3 + 2 * 2
+    if report.storage.direct:  # the AIO batch curve on the weight file: batches 1 .. 128
+        assert [b for b, _ in report.aio_curve] == [1, 2, 4, 8, 16, 32, 64, 128]
+        assert report.storage_bw() >= max(bw for _, bw in report.aio_curve) > 0
     text = report.render()
     assert "SYNTHETIC" in text and "flash 25% unbundled" in text and "load average" in text
+    assert "WHOLE DECODE STEPS" in text and "decode flash 25%" in text

@@ -111,3 +111,67 @@ def test_preload_fills_free_slots_without_counting():
     assert list(c.lru_order(0)) == [5, 4]  # the first listed is the most recent
     c.access(0, [7])
     assert c.segment_of(0, 5) is None and c.segment_of(0, 4) == "lru"
+
+
+def test_lookup_slots_on_a_hand_made_trace():
+    """The engine's vectorised lookup: one slot per unit, -1 for misses, the count."""
+    c = cache([[0]], [2])
+    slots, n_miss = c.lookup_slots(0, np.array([0, 3, 4]))
+    assert slots[0] == 0 and list(slots[1:]) == [-1, -1] and n_miss == 2
+    assert list(c.admit(0, np.array([3, 4]))) == [1, 2]
+    slots, n_miss = c.lookup_slots(0, np.array([0, 4]))
+    assert list(slots) == [0, 2] and n_miss == 0
+    slots, n_miss = c.lookup_slots(0, np.array([5]))
+    assert list(slots) == [-1] and n_miss == 1
+    assert list(c.admit(0, np.array([5]))) == [1]  # 3 was the least recently used
+    s = c.stats
+    assert (s.lookups, s.hot_hits, s.lru_hits, s.misses) == (6, 2, 1, 3)
+
+
+class ReferenceLRU:
+    """Per-neuron Python model of the policy: pinned hot set, an ordered LRU per layer,
+    the current call's clusters never evicted, overflowing misses bypass."""
+
+    def __init__(self, hot: list[list[int]], lru: list[int]) -> None:
+        self.hot = [set(h) for h in hot]
+        self.cap = lru
+        self.order: list[list[int]] = [[] for _ in lru]  # least recent first
+
+    def call(self, layer: int, units: list[int]) -> tuple[list[bool], int]:
+        order, hits = self.order[layer], []
+        for u in units:
+            hits.append(u in self.hot[layer] or u in order)
+            if u in order:  # stamped most recent, in the order given
+                order.remove(u)
+                order.append(u)
+        bypassed = 0
+        for u, hit in zip(units, hits, strict=True):
+            if hit:
+                continue
+            if len(order) < self.cap[layer]:
+                order.append(u)
+                continue
+            victims = [v for v in order if v not in units]
+            if not victims:
+                bypassed += 1
+                continue
+            order.remove(victims[0])
+            order.append(u)
+        return hits, bypassed
+
+
+def test_vectorised_lookup_and_admit_match_a_per_neuron_reference():
+    hot, lru = [[2], [7, 8]], [3, 4]
+    c, ref = cache(hot, lru), ReferenceLRU(hot, lru)
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        layer = int(rng.integers(0, 2))
+        units = np.sort(rng.choice(10, size=int(rng.integers(1, 7)), replace=False))
+        bypassed = c.stats.bypassed
+        slots, n_miss = c.lookup_slots(layer, units)
+        miss = units[slots < 0]
+        c.admit(layer, miss)
+        want, want_bypassed = ref.call(layer, units.tolist())
+        assert (slots >= 0).tolist() == want and n_miss == miss.size
+        assert c.stats.bypassed - bypassed == want_bypassed
+        assert set(c.resident(layer).tolist()) == set(ref.order[layer]) | set(hot[layer])

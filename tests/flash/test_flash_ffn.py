@@ -201,3 +201,41 @@ def test_the_direct_bundled_plan_is_the_generic_one(tmp_path):
     slow = plan_reads(offs, lens, dests, buffers=bufs)
     for name in fast.__dataclass_fields__:
         assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+
+
+@pytest.mark.parametrize(("cluster_neurons", "submit_thread"), [(1, False), (2, False),
+                                                                 (1, True)])
+def test_aio_scatter_reads_equal_sparse_ffn(tmp_path, cluster_neurons, submit_thread):
+    """Real-size rows with native AIO: misses go through the preallocated iocbs
+    (`ScatterReads`), one read per cluster, straight into the arena rows (submitted by
+    the caller or by a pool worker)."""
+    weights = fp16_weights()
+    threads = torch.get_num_threads()
+    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="aio",
+                dram_budget_fraction=0.25, cluster_neurons=cluster_neurons,
+                io_submit_thread=submit_thread, compute_threads=1 if submit_thread else None)
+    if not ffn.reader.direct:
+        pytest.skip("no O_DIRECT here: reads go through a staging copy")
+    assert ffn.pipeline.scatter is not None
+    run_both(weights, ffn, steps=4)
+    assert torch.get_num_threads() == threads  # compute_threads is restored after each call
+    m = ffn.metrics()
+    assert m["flash_reads"] > 0 and m["flash_bytes_read_per_token"] > 0
+    assert ffn.reader.stats.bytes_read == ffn.cache.stats.misses * ffn.geometry.cluster_bytes
+    # clusters not adjacent in the file take the preallocated batch, one read each
+    from powerbench.flash.aio import ScatterReads
+
+    before = ffn.reader.stats.reads
+    pending = ffn.pipeline._read_submit(1, np.array([1, 5, 9]), np.array([0, 1, 2]))
+    assert isinstance(pending.batch, ScatterReads)
+    pending.wait()
+    assert ffn.reader.stats.reads - before == 3
+    g = ffn.geometry
+    for slot, cluster in enumerate([1, 5, 9]):  # the arena rows hold the file's rows
+        rows = ffn.pipeline.arena.rows(np.array([slot]))
+        for part in range(g.n_parts):
+            with open(ffn.path, "rb") as f:
+                f.seek(ffn.header.layer_offsets[1] + cluster * g.cluster_bytes)
+                raw = np.frombuffer(f.read(g.cluster_bytes), dtype=np.uint8)
+            want = raw.reshape(cluster_neurons, g.n_parts, g.row_bytes)[:, part].ravel()
+            assert np.array_equal(ffn.pipeline.arena.parts_np[part][rows].ravel(), want)
