@@ -63,6 +63,23 @@ def available() -> bool:
     return True
 
 
+def finish_short_read(fd: int, iov: list[tuple[int, int]], pos: int, done: int) -> None:
+    """Complete a vectored read of `iov` ((address, bytes) pieces) from file offset `pos`
+    of which the kernel delivered only the first `done` bytes: the rest with `preadv`; a
+    read past the end of the file (a truncated weight file) raises."""
+    for addr, n in iov:
+        if done >= n:
+            done, pos = done - n, pos + n
+            continue
+        addr, n, pos, done = addr + done, n - done, pos + done, 0
+        while n > 0:
+            view = (ctypes.c_char * n).from_address(addr)
+            got = os.preadv(fd, [memoryview(view).cast("B")], pos)
+            if got <= 0:
+                raise OSError(errno.EIO, f"read past the end at byte {pos} (truncated file?)")
+            addr, n, pos = addr + got, n - got, pos + got
+
+
 @dataclass
 class AioBatch:
     """Reads submitted together. Keeps the iocbs and iovecs alive until collected."""
@@ -128,19 +145,9 @@ class AioBatch:
             self.done += got
 
     def _finish_short(self, i: int, done: int) -> None:
-        pos = int(self.iocbs["offset"][i])
         a, k = int(self.first[i]), int(self.count[i])
-        for addr, n in self.iov[a:a + k].tolist():
-            if done >= n:
-                done, pos = done - n, pos + n
-                continue
-            addr, n, pos, done = addr + done, n - done, pos + done, 0
-            while n > 0:
-                view = (ctypes.c_char * n).from_address(addr)
-                got = os.preadv(self.fd, [memoryview(view).cast("B")], pos)
-                if got <= 0:
-                    raise OSError(errno.EIO, f"read past the end at byte {pos} (truncated file?)")
-                addr, n, pos = addr + got, n - got, pos + got
+        finish_short_read(self.fd, self.iov[a:a + k].tolist(), int(self.iocbs["offset"][i]),
+                          done)
 
 
 class AioContext:
@@ -277,19 +284,7 @@ class ScatterReads:
             if res < 0:
                 self.pending = 0  # the rest is abandoned with the error
                 raise OSError(-res, f"asynchronous read failed: {os.strerror(-res)}")
-            done, pos = res, int(self.offset[i])
-            for addr, n in self.iov[i].tolist():
-                if done >= n:
-                    done, pos = done - n, pos + n
-                    continue
-                addr, n, pos, done = addr + done, n - done, pos + done, 0
-                while n > 0:
-                    view = (ctypes.c_char * n).from_address(addr)
-                    got = os.preadv(self.fd, [memoryview(view).cast("B")], pos)
-                    if got <= 0:
-                        raise OSError(errno.EIO, f"read past the end at byte {pos} "
-                                      "(truncated file?)")
-                    addr, n, pos = addr + got, n - got, pos + got
+            finish_short_read(self.fd, self.iov[i].tolist(), int(self.offset[i]), res)
 
 
 def batch_read_bandwidth(fd: int, file_bytes: int, block: int, batch: int,
