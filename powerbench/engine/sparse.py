@@ -42,6 +42,7 @@ def operator_weights(f: ReluFFNWeights | GatedFFNWeights) -> ops_weights.ReluFFN
     if isinstance(f, GatedFFNWeights):
         if any(b is not None for b in (f.b_gate, f.b_up, f.b_down)):
             raise ValueError("sparse gated FFNs have no biases; this model has some")
+        f.gate_up()  # gate/up as row views of the stacked matrix the dense decoder reads
         return ops_weights.GatedFFNWeights(w_gate=f.w_gate.contiguous(), w_up=f.w_up.contiguous(),
                                            w_down_t=f.w_down_t.contiguous(), kind=f.kind.value)
     return ops_weights.ReluFFNWeights(w1=f.w1.contiguous(), b1=_fp32(f.b1),
