@@ -5,7 +5,9 @@ It runs the weights of `extract_weights` (OPT or LLaMA family) with a pluggable 
 Every dense projection (attention, output projection, and the dense FFN it builds) goes
 through one `linear` callable chosen once (`powerbench.engine.linear.make_linear`; default
 `auto`: the sparse_cpu matrix-vector kernel for decode-shaped CPU calls with fp16/bf16
-weights, else `F.linear`).
+weights, else `F.linear`). At decode (one new token per row, no padding) RMSNorm and the
+attention core after the Q/K/V product run as fused C++ operators where the CPU extension
+is available (`powerbench.engine.decode_kernels`; `fused=False` keeps the torch chain).
 
 Batches: rows may have unequal prompt lengths if they are LEFT-padded and an
 `attention_mask` [B, T] (1 = real token) is passed; positions then count real tokens
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from powerbench.engine.decode_kernels import decode_kernels
 from powerbench.engine.ffn import FFN, DenseFFN, FFNObserver
 from powerbench.engine.functional import RotaryTable, apply_rope, norm
 from powerbench.engine.functional import attention_mask as build_attention_mask
@@ -27,7 +30,7 @@ from powerbench.engine.kv_cache import KVCache
 from powerbench.engine.linear import LinearFn, make_linear
 from powerbench.engine.sampling import Sampler, SamplingConfig
 from powerbench.engine.timing import StepClock
-from powerbench.engine.weights import AttentionWeights, DecoderWeights
+from powerbench.engine.weights import AttentionWeights, DecoderWeights, NormWeights
 
 
 @dataclass
@@ -38,8 +41,10 @@ class Generation:
 
 class Decoder:
     def __init__(self, weights: DecoderWeights, ffn: FFN | None = None,
-                 observer: FFNObserver | None = None, linear: LinearFn | None = None) -> None:
+                 observer: FFNObserver | None = None, linear: LinearFn | None = None,
+                 fused: bool = True) -> None:
         self.w = weights
+        self.kernels = decode_kernels(weights.device) if fused else None
         self.linear: LinearFn = linear if linear is not None else make_linear(
             "auto", weights.device)
         self.ffn: FFN = ffn if ffn is not None else DenseFFN(weights, linear=self.linear)
@@ -80,32 +85,42 @@ class Decoder:
         rope = self.rotary.lookup(positions) if self.rotary is not None else None
 
         for i, layer in enumerate(w.layers):
-            a = norm(h, layer.attn_norm) if w.pre_norm else h
+            a = self._norm(h, layer.attn_norm) if w.pre_norm else h
             h = h + self._attention(i, a, layer.attn, cache, mask, rope)
             if not w.pre_norm:
-                h = norm(h, layer.attn_norm)
-            f = norm(h, layer.ffn_norm) if w.pre_norm else h
+                h = self._norm(h, layer.attn_norm)
+            f = self._norm(h, layer.ffn_norm) if w.pre_norm else h
             y = self.ffn(i, f.reshape(bsz * n_new, -1), self.observer)
             h = h + y.view(bsz, n_new, -1)
             if not w.pre_norm:
-                h = norm(h, layer.ffn_norm)
+                h = self._norm(h, layer.ffn_norm)
         cache.length = start + n_new
 
         if last_only:
             h = h[:, -1:]
         if w.final_norm is not None:
-            h = norm(h, w.final_norm)
+            h = self._norm(h, w.final_norm)
         if w.project_out is not None:
             h = self.linear(h, w.project_out)
         return self.linear(h, w.lm_head)
+
+    def _norm(self, x: Tensor, w: NormWeights) -> Tensor:
+        fused = self.kernels.rms_norm(x, w) if self.kernels is not None else None
+        return fused if fused is not None else norm(x, w)
 
     def _attention(self, layer_idx: int, x: Tensor, a: AttentionWeights, cache: KVCache,
                    mask: Tensor | None, rope: tuple[Tensor, Tensor] | None) -> Tensor:
         w, linear = self.w, self.linear
         bsz, n_new, _ = x.shape
         heads = w.n_heads + w.n_kv_heads
-        # one product for Q, K and V; the rotary embedding on the Q and K heads together
-        y = linear(x, *a.qkv()).view(bsz, n_new, heads + w.n_kv_heads, w.head_dim)
+        y = linear(x, *a.qkv())  # one product for Q, K and V
+        if self.kernels is not None and n_new == 1 and mask is None:
+            cos, sin = (t.reshape(bsz, w.head_dim) for t in rope) if rope else (None, None)
+            out = self.kernels.attention_op(y, cos, sin, cache.k[layer_idx], cache.v[layer_idx],
+                                            cache.length, w.n_heads, self.scale)
+            return linear(out, a.wo, a.bo)
+        # the rotary embedding on the Q and K heads together
+        y = y.view(bsz, n_new, heads + w.n_kv_heads, w.head_dim)
         qk = y[:, :, :heads].transpose(1, 2)
         if rope is not None:
             qk = apply_rope(qk, *rope)

@@ -20,7 +20,8 @@ from pathlib import Path
 from powerbench.paths import cache_dir
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = ("sparse_cpu_binding.cpp", "sparse_cpu_kernels.cpp", "thread_pool.cpp")
+CPU_SOURCES = ("sparse_cpu_binding.cpp", "sparse_cpu_kernels.cpp", "decode_cpu_kernels.cpp",
+               "thread_pool.cpp")
 CUDA_SOURCES = ("sparse_cuda_binding.cpp", "sparse_cuda_kernels.cu")
 CUDA_KERNEL_SOURCES = ("sparse_cuda_kernels.cu",)
 CPU_CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-Wall")

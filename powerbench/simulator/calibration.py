@@ -92,29 +92,38 @@ def attention_flops(rows: int, n_heads: int, head_dim: int,
 
 def python_op_seconds(iters: int = 300) -> float:
     """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
-    tokens) issued from Python as the decoder issues it: layer norm, one stacked Q/K/V
-    product with its view, slices and transposes, KV-cache writes, scaled-dot-product
-    attention, the O product, the residual add. Its
-    operators are counted like the engine's (aten dispatches), so the cost per operator
+    tokens) issued from Python as the decoder issues it at decode: layer norm, one stacked
+    Q/K/V product, then the fused decode-attention operator where the decoder has it
+    (`powerbench.engine.decode_kernels`; else the torch chain: view, slices and transposes,
+    KV-cache writes, scaled-dot-product attention), the O product, the residual add. Its
+    operators are counted like the engine's (dispatches), so the cost per operator
     carries the same mix of cheap and dearer kernels; the shapes are small enough that
     no read or FLOP shows. (A tight loop of one small `F.linear` gives ~25% less here.)"""
+    from powerbench.engine.decode_kernels import decode_kernels
+
     d, heads = 64, 4
     hd = d // heads
     x, w, b = torch.randn(1, 1, d), torch.randn(d, d), torch.randn(d)
     w_qkv, b_qkv = torch.randn(3 * d, d), torch.randn(3 * d)
     ln_w, ln_b = torch.ones(d), torch.zeros(d)
     keys, values = torch.randn(1, heads, 9, hd), torch.randn(1, heads, 9, hd)
+    kernels = decode_kernels("cpu")
 
-    def block() -> torch.Tensor:
-        a = F.layer_norm(x, (d,), ln_w, ln_b)
-        y = F.linear(a, w_qkv, b_qkv).view(1, 1, 3 * heads, hd)
+    def attention(y: torch.Tensor) -> torch.Tensor:
+        if kernels is not None:
+            return kernels.attention_op(y, None, None, keys, values, 8, heads, hd ** -0.5)
+        y = y.view(1, 1, 3 * heads, hd)
         qk = y[:, :, :2 * heads].transpose(1, 2)
         q, k = qk[:, :heads], qk[:, heads:]
         v = y[:, :, 2 * heads:].transpose(1, 2)
         keys[:, :, 8:9] = k
         values[:, :, 8:9] = v
         o = F.scaled_dot_product_attention(q, keys, values)
-        return x + F.linear(o.transpose(1, 2).reshape(1, 1, d), w, b)
+        return o.transpose(1, 2).reshape(1, 1, d)
+
+    def block() -> torch.Tensor:
+        a = F.layer_norm(x, (d,), ln_w, ln_b)
+        return x + F.linear(attention(F.linear(a, w_qkv, b_qkv)), w, b)
 
     counter = OpCounter()
     with torch.inference_mode():

@@ -163,3 +163,19 @@ def test_dense_kernel_sparse_cpu_matches_torch_linear(models, kind, dtype):
             a, b = ours.forward(nxt, caches[0]), ref.forward(nxt, caches[1])
             torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
             nxt = b[:, -1:].argmax(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("kind", ["opt", "llama_relu_gqa"])
+def test_fused_decode_kernels_equal_the_torch_chain(models, kind, dtype):
+    """The fused RMSNorm / decode-attention operators (the default on the CPU) give the
+    torch chain's tokens and, to fp rounding, its logits, through a growing cache."""
+    w = extract_weights(models[kind], dtype=dtype)
+    fused, plain = Decoder(w), Decoder(w, fused=False)
+    assert fused.kernels is not None and plain.kernels is None
+    ids = _prompt(2, 9, seed=4)
+    a = fused.generate(ids, 8, return_logits=True)
+    b = plain.generate(ids, 8, return_logits=True)
+    assert torch.equal(a.tokens, b.tokens)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(a.logits, b.logits, atol=tol, rtol=tol)

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "decode_cpu_kernels.h"
 #include "sparse_cpu_kernels.h"
 
 namespace {
@@ -410,6 +411,66 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
   return y;
 }
 
+// ---- fused decode-step operators (one new token per row) ----------------------------------
+void check_same(const at::Tensor& t, const at::Tensor& ref, const char* name) {
+  TORCH_CHECK_VALUE(t.device().is_cpu() && t.is_contiguous(), name,
+                    " must be a contiguous CPU tensor");
+  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, " must be ", ref.scalar_type(),
+                   " like x, got ", t.scalar_type());
+}
+
+// y = weight * T(x / sqrt(mean(x^2) + eps)) over the last dimension (HF LlamaRMSNorm).
+at::Tensor rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight, double eps) {
+  check_same(x, x, "x");
+  const pbops::WType t = weight_type(x, "x");
+  const int64_t D = x.size(-1);
+  if (weight.has_value()) {
+    check_same(*weight, x, "weight");
+    TORCH_CHECK_VALUE(weight->numel() == D, "weight must have ", D, " elements");
+  }
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return y;
+  pbops::rms_norm(t, x.data_ptr(), weight.has_value() ? weight->data_ptr() : nullptr,
+                  x.numel() / D, D, static_cast<float>(eps), y.data_ptr());
+  return y;
+}
+
+// Attention of one new token per row after the stacked Q/K/V product (see
+// decode_cpu_kernels.h): qkv [B, 1, (H + 2 KV) hd]; cos, sin [B, hd] or None; k_cache,
+// v_cache [B, KV, max_len, hd], written at row `pos`; returns [B, 1, H hd].
+at::Tensor decode_attention(const at::Tensor& qkv, const std::optional<at::Tensor>& cos,
+                            const std::optional<at::Tensor>& sin, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, int64_t pos, int64_t n_heads,
+                            double scale) {
+  check_same(qkv, qkv, "qkv");
+  check_same(k_cache, qkv, "k_cache");
+  check_same(v_cache, qkv, "v_cache");
+  TORCH_CHECK_VALUE(k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(),
+                    "k_cache and v_cache must both be [B, n_kv_heads, max_len, head_dim]");
+  const int64_t B = k_cache.size(0), KV = k_cache.size(1), L = k_cache.size(2),
+                hd = k_cache.size(3);
+  TORCH_CHECK_VALUE(n_heads >= KV && KV > 0 && n_heads % KV == 0, "n_heads (", n_heads,
+                    ") must be a multiple of the cache's ", KV, " KV heads");
+  TORCH_CHECK_VALUE(qkv.dim() == 3 && qkv.size(0) == B && qkv.size(1) == 1 &&
+                        qkv.size(2) == (n_heads + 2 * KV) * hd,
+                    "qkv must be [", B, ", 1, ", (n_heads + 2 * KV) * hd, "], got ", qkv.sizes());
+  TORCH_CHECK_INDEX(pos >= 0 && pos < L, "position ", pos, " is outside the cache (", L, ")");
+  TORCH_CHECK_VALUE(cos.has_value() == sin.has_value(), "give both cos and sin, or neither");
+  if (cos.has_value()) {
+    check_same(*cos, qkv, "cos");
+    check_same(*sin, qkv, "sin");
+    TORCH_CHECK_VALUE(cos->numel() == B * hd && sin->numel() == B * hd,
+                      "cos and sin must hold [", B, ", ", hd, "]");
+  }
+  at::Tensor out = at::empty({B, 1, n_heads * hd}, qkv.options());
+  pbops::decode_attention(weight_type(qkv, "qkv"), qkv.data_ptr(),
+                          cos.has_value() ? cos->data_ptr() : nullptr,
+                          sin.has_value() ? sin->data_ptr() : nullptr, k_cache.data_ptr(),
+                          v_cache.data_ptr(), B, n_heads, KV, hd, L, pos,
+                          static_cast<float>(scale), out.data_ptr(), threads());
+  return out;
+}
+
 double read_bandwidth_sum(const at::Tensor& buf) {
   TORCH_CHECK_VALUE(buf.device().is_cpu() && buf.scalar_type() == at::kFloat &&
                         buf.is_contiguous(),
@@ -444,6 +505,10 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         " float threshold, int kind) -> (Tensor, Tensor)",
         &ffn_gated_threshold);
   m.def("linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &linear);
+  m.def("rms_norm(Tensor x, Tensor? weight, float eps) -> Tensor", &rms_norm);
+  m.def("decode_attention(Tensor qkv, Tensor? cos, Tensor? sin, Tensor(a!) k_cache,"
+        " Tensor(b!) v_cache, int pos, int n_heads, float scale) -> Tensor",
+        &decode_attention);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
   m.def("threads_used() -> int", &threads_used);
 }

@@ -1,6 +1,7 @@
 // AVX2/FMA/F16C implementation of the neuron-aware sparse kernels (see sparse_cpu_kernels.h).
 // Compiled with -mavx2 -mfma -mf16c; the Python side only loads it on a CPU that has them.
 #include "sparse_cpu_kernels.h"
+#include "cpu_simd.h"
 #include "thread_pool.h"
 
 #include <immintrin.h>
@@ -12,12 +13,7 @@
 namespace pbops {
 namespace {
 
-struct f16 {
-  uint16_t v;
-};
-struct bf16 {
-  uint16_t v;
-};
+using namespace simd;  // NOLINT: f16, bf16, load8, to_f32, hsum, store
 
 // Work below this many multiply-adds runs on one thread (a parallel region costs microseconds).
 constexpr int64_t kParallelMin = int64_t(1) << 15;
@@ -49,31 +45,6 @@ void* thread_scratch(int slot, size_t bytes) {
     b.p = std::aligned_alloc(64, b.cap);
   }
   return b.p;
-}
-
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const f16* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline __m256 load8(const bf16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline float to_f32(float v) { return v; }
-inline float to_f32(f16 v) { return _cvtsh_ss(v.v); }
-inline float to_f32(bf16 v) {
-  const uint32_t u = uint32_t(v.v) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 sh = _mm_movehdup_ps(lo);
-  lo = _mm_add_ps(lo, sh);
-  sh = _mm_movehl_ps(sh, lo);
-  return _mm_cvtss_f32(_mm_add_ss(lo, sh));
 }
 
 constexpr int kRowGroup = 4;  // rows computed together (concurrent streams, shared x loads)
@@ -279,18 +250,6 @@ void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* 
       }
     }
   });
-}
-
-inline void store(float* p, float v) { *p = v; }
-inline void store(f16* p, float v) { p->v = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
-inline void store(bf16* p, float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) {
-    p->v = uint16_t((u >> 16) | 0x40u);  // NaN stays a (quiet) NaN
-  } else {
-    p->v = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even
-  }
 }
 
 constexpr int64_t kDenseAhead = 1024;  // prefetch distance of the dense kernel (bytes)

@@ -1,0 +1,52 @@
+"""Fused CPU operators for one decode step: RMSNorm, and the attention core after Q/K/V.
+
+At decode (one new token per row) a layer's RMSNorm in fp16 is six torch operators, and
+its rotary embedding, KV-cache writes, scaled-dot-product attention and the reshapes
+around them about twenty more; each costs a few microseconds of dispatch and does almost
+no arithmetic. On SmolLM2-135M (fp16, one thread) everything outside the matrix products
+took ~13 ms of a ~42 ms step. `decode_kernels()` returns the C++ versions from the CPU
+extension (`csrc/decode_cpu_kernels.cpp`, one call each; rounding where the torch chain
+rounds, see there), or None where they do not apply (not a CPU, extension unavailable),
+and the decoder then keeps the torch chain. Prompts (several new tokens) and padded
+batches always take the torch chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from powerbench.engine.weights import NormWeights
+
+
+@dataclass(frozen=True)
+class DecodeKernels:
+    # (x [..., D], weight [D] | None, eps) -> HF RMSNorm of x, in x's dtype
+    rms_norm_op: Callable[[Tensor, Tensor | None, float], Tensor]
+    # (qkv [B, 1, (H + 2 KV) hd], cos [B, hd] | None, sin, k_cache, v_cache, pos, H, scale)
+    # -> [B, 1, H hd]; writes the new K (rotated) and V at row `pos` of the caches
+    attention_op: Callable[..., Tensor]
+
+    def rms_norm(self, x: Tensor, w: NormWeights) -> Tensor | None:
+        """`w` applied to `x` by the fused kernel, or None if it does not apply here."""
+        if w.kind != "rms" or not x.is_contiguous() or (
+                w.weight is not None and w.weight.dtype != x.dtype):
+            return None
+        return self.rms_norm_op(x, w.weight, w.eps)
+
+
+def decode_kernels(device: torch.device | str) -> DecodeKernels | None:
+    """The fused decode operators for weights on `device`, or None (see the module doc)."""
+    if torch.device(device).type != "cpu":
+        return None
+    from powerbench.ops import BackendUnavailable, get_backend
+
+    try:
+        get_backend("sparse_cpu", fallback=False)  # builds and loads the extension
+    except BackendUnavailable:
+        return None
+    ops = torch.ops.powerbench_cpu
+    return DecodeKernels(ops.rms_norm.default, ops.decode_attention.default)
