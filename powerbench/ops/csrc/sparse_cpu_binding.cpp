@@ -328,10 +328,10 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
   at::Tensor xk;
   int64_t B = 0;
   const float* xf = x_data(x, K, xk, B);
-  // a = act(gate) for every neuron and token
+  // a = act(gate) for every neuron and token: the gate rows are one contiguous matrix, so
+  // the dense kernel streams them (its prefetch suits consecutive rows)
   float* a = scratch(1, B * N);
-  pbops::row(wt, wg.data_ptr(), K, xf, B, every_row(N), N, nullptr, false, a, N, false,
-             threads());
+  pbops::dense(wt, wg.data_ptr(), N, K, xf, B, nullptr, pbops::kF32, a, N, threads());
   const bool silu = kind == pbops::kSwiGLU;
   for (int64_t e = 0; e < B * N; ++e) {
     const float g = a[e];
