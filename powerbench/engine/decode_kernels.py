@@ -1,14 +1,15 @@
-"""Fused CPU operators for one decode step: RMSNorm, and the attention core after Q/K/V.
+"""Fused CPU operators for one decode step: RMSNorm, the attention core after Q/K/V, and
+the gated FFN's activation.
 
 At decode (one new token per row) a layer's RMSNorm in fp16 is six torch operators, and
 its rotary embedding, KV-cache writes, scaled-dot-product attention and the reshapes
 around them about twenty more; each costs a few microseconds of dispatch and does almost
-no arithmetic. On SmolLM2-135M (fp16, one thread) everything outside the matrix products
-took ~13 ms of a ~42 ms step. `decode_kernels()` returns the C++ versions from the CPU
+no arithmetic; a gated FFN's chunk, activation and product are four more. On SmolLM2-135M
+(fp16, one thread) everything outside the matrix products took ~13 ms of a ~42 ms step. `decode_kernels()` returns the C++ versions from the CPU
 extension (`csrc/decode_cpu_kernels.cpp`, one call each; rounding where the torch chain
 rounds, see there), or None where they do not apply (not a CPU, extension unavailable),
 and the decoder then keeps the torch chain. Prompts (several new tokens) and padded
-batches always take the torch chain.
+batches always take the torch chain for attention.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import torch
 from torch import Tensor
 
 from powerbench.engine.weights import NormWeights
+from powerbench.model.spec import FFNKind
+
+_GATED_KINDS = {FFNKind.reglu: 0, FFNKind.drelu: 1, FFNKind.swiglu: 2}  # the C++ enum
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class DecodeKernels:
     # (qkv [B, 1, (H + 2 KV) hd], cos [B, hd] | None, sin, k_cache, v_cache, pos, H, scale)
     # -> [B, 1, H hd]; writes the new K (rotated) and V at row `pos` of the caches
     attention_op: Callable[..., Tensor]
+    # (y = [gate | up] [..., 2 N], kind) -> act(gate) * f(up) [..., N], in y's dtype
+    gated_op: Callable[[Tensor, int], Tensor]
 
     def rms_norm(self, x: Tensor, w: NormWeights) -> Tensor | None:
         """`w` applied to `x` by the fused kernel, or None if it does not apply here."""
@@ -36,6 +42,12 @@ class DecodeKernels:
                 w.weight is not None and w.weight.dtype != x.dtype):
             return None
         return self.rms_norm_op(x, w.weight, w.eps)
+
+    def gated(self, gate_up: Tensor, kind: FFNKind) -> Tensor | None:
+        """act(gate) * f(up) of the stacked gate/up product, or None if not covered."""
+        if kind not in _GATED_KINDS or not gate_up.is_contiguous():
+            return None
+        return self.gated_op(gate_up, _GATED_KINDS[kind])
 
 
 def decode_kernels(device: torch.device | str) -> DecodeKernels | None:
@@ -49,4 +61,5 @@ def decode_kernels(device: torch.device | str) -> DecodeKernels | None:
     except BackendUnavailable:
         return None
     ops = torch.ops.powerbench_cpu
-    return DecodeKernels(ops.rms_norm.default, ops.decode_attention.default)
+    return DecodeKernels(ops.rms_norm.default, ops.decode_attention.default,
+                         ops.gated_activation.default)

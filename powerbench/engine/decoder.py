@@ -47,7 +47,8 @@ class Decoder:
         self.kernels = decode_kernels(weights.device) if fused else None
         self.linear: LinearFn = linear if linear is not None else make_linear(
             "auto", weights.device)
-        self.ffn: FFN = ffn if ffn is not None else DenseFFN(weights, linear=self.linear)
+        self.ffn: FFN = ffn if ffn is not None else DenseFFN(weights, linear=self.linear,
+                                                             fused=fused)
         self.observer = observer
         self.scale = weights.head_dim ** -0.5
         self.rotary = (RotaryTable(weights.rope, weights.max_positions, weights.dtype,

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from powerbench.engine.decode_kernels import DecodeKernels, decode_kernels
 from powerbench.engine.linear import LinearFn, make_linear
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.model.spec import FFNKind
@@ -49,7 +50,8 @@ class FFN(Protocol):
         ...
 
 
-def _relu_dense(f: ReluFFNWeights, x: Tensor, linear: LinearFn) -> tuple[Tensor, Tensor]:
+def _relu_dense(f: ReluFFNWeights, x: Tensor, linear: LinearFn,
+                kernels: DecodeKernels | None) -> tuple[Tensor, Tensor]:
     h = torch.relu(linear(x, f.w1, f.b1))
     return linear(h, f.w2, f.b2), h
 
@@ -62,9 +64,12 @@ _GATES = {
 }
 
 
-def _gated_dense(f: GatedFFNWeights, x: Tensor, linear: LinearFn) -> tuple[Tensor, Tensor]:
-    gate, up = linear(x, *f.gate_up()).chunk(2, dim=-1)  # one product for both
-    h = _GATES[f.kind](gate, up)
+def _gated_dense(f: GatedFFNWeights, x: Tensor, linear: LinearFn,
+                 kernels: DecodeKernels | None) -> tuple[Tensor, Tensor]:
+    gate_up = linear(x, *f.gate_up())  # one product for both
+    h = kernels.gated(gate_up, f.kind) if kernels is not None else None
+    if h is None:
+        h = _GATES[f.kind](*gate_up.chunk(2, dim=-1))
     return linear(h, f.w_down, f.b_down), h
 
 
@@ -75,16 +80,19 @@ class DenseFFN:
     """Every neuron, every token: the reference the sparse FFNs are compared against.
 
     Its matrix products use `linear` (default: `make_linear("auto")` for the weights'
-    device, see `powerbench.engine.linear`)."""
+    device, see `powerbench.engine.linear`); a gated FFN's activation is one fused operator
+    on the CPU (`powerbench.engine.decode_kernels`; `fused=False`: torch's chunk, act, mul)."""
 
-    def __init__(self, weights: DecoderWeights, linear: LinearFn | None = None) -> None:
+    def __init__(self, weights: DecoderWeights, linear: LinearFn | None = None,
+                 fused: bool = True) -> None:
         self.weights = weights
         self.linear = linear if linear is not None else make_linear("auto", weights.device)
+        self.kernels = decode_kernels(weights.device) if fused else None
         self._fns = [_DENSE[type(layer.ffn)] for layer in weights.layers]
 
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
         f = self.weights.layers[layer_idx].ffn
-        y, h = self._fns[layer_idx](f, x, self.linear)
+        y, h = self._fns[layer_idx](f, x, self.linear, self.kernels)
         if observer is not None:
             observer.record(layer_idx, x, h != 0)
         return y

@@ -112,3 +112,19 @@ def test_decode_attention_argument_errors(kernels):
         kernels.attention_op(qkv, torch.zeros(1, 8), None, k, v, 0, 2, 1.0)
     with pytest.raises(ValueError, match=r"qkv must be \[1, 1, 48\]"):
         kernels.attention_op(torch.zeros(1, 1, 40), None, None, k, v, 0, 2, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["reglu", "drelu", "swiglu"])
+def test_gated_activation_matches_the_torch_chain(kernels, gen, dtype, kind):
+    from powerbench.engine.ffn import _GATES
+    from powerbench.model.spec import FFNKind
+
+    y = (torch.randn(3, 2 * 101, generator=gen) * 3).to(dtype)
+    ours = kernels.gated(y, FFNKind(kind))
+    ref = _GATES[FFNKind(kind)](*y.chunk(2, dim=-1))
+    assert ours is not None and ours.dtype == dtype and ours.shape == (3, 101)
+    torch.testing.assert_close(ours, ref, **TOL[dtype])
+    if kind != "swiglu":  # relu is exact: the one rounding is the product's, as in torch
+        assert torch.equal(ours, ref)
+    assert kernels.gated(y, FFNKind.relu) is None  # not a gated kind: the caller's chain

@@ -81,6 +81,27 @@ void rms_norm_impl(const T* x, const T* w, int64_t R, int64_t D, float eps, T* o
 }
 
 template <typename T>
+void gated_impl(const T* y, int64_t R, int64_t N, GatedKind kind, T* h) {
+  for (int64_t r = 0; r < R; ++r) {
+    const T* g = y + r * 2 * N;
+    const T* u = g + N;
+    T* o = h + r * N;
+    for (int64_t j = 0; j < N; ++j) {
+      const float gv = to_f32(g[j]);
+      float uv = to_f32(u[j]);
+      float a;
+      if (kind == kSwiGLU) {
+        a = round_to<T>(gv / (1.0f + std::exp(-gv)));
+      } else {
+        a = gv > 0.0f ? gv : 0.0f;
+        if (kind == kDReLU) uv = uv > 0.0f ? uv : 0.0f;
+      }
+      store(o + j, a * uv);
+    }
+  }
+}
+
+template <typename T>
 void attention_impl(const T* qkv, const T* cos, const T* sin, T* kc, T* vc, int64_t B,
                     int64_t H, int64_t KV, int64_t hd, int64_t max_len, int64_t pos, float scale,
                     T* out, int nt) {
@@ -159,6 +180,20 @@ void rms_norm(WType t, const void* x, const void* weight, int64_t R, int64_t D, 
     case kBF16:
       rms_norm_impl(static_cast<const bf16*>(x), static_cast<const bf16*>(weight), R, D, eps,
                     static_cast<bf16*>(out));
+      break;
+  }
+}
+
+void gated_activation(WType t, const void* y, int64_t R, int64_t N, GatedKind kind, void* h) {
+  switch (t) {
+    case kF32:
+      gated_impl(static_cast<const float*>(y), R, N, kind, static_cast<float*>(h));
+      break;
+    case kF16:
+      gated_impl(static_cast<const f16*>(y), R, N, kind, static_cast<f16*>(h));
+      break;
+    case kBF16:
+      gated_impl(static_cast<const bf16*>(y), R, N, kind, static_cast<bf16*>(h));
       break;
   }
 }

@@ -17,6 +17,11 @@ namespace pbops {
 void rms_norm(WType t, const void* x, const void* weight, int64_t R, int64_t D, float eps,
               void* out);
 
+// h[r, j] = act(gate) * f(up) for R rows of y = [gate | up] ([R, 2 N], the stacked gate/up
+// product), in T with torch's roundings (act(gate) rounded, then the product): ReGLU
+// relu(g) u, dReLU relu(g) relu(u), SwiGLU silu(g) u.
+void gated_activation(WType t, const void* y, int64_t R, int64_t N, GatedKind kind, void* h);
+
 // Attention of one new token per row over a KV cache, after the stacked Q/K/V product.
 //   qkv [B, (H + 2 KV) hd]: the new token's Q heads, then K heads, then V heads;
 //   cos, sin [B, hd] (rotary tables at each row's position, HF rotate-half) or null;

@@ -435,6 +435,23 @@ at::Tensor rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight
   return y;
 }
 
+// h = act(gate) * f(up) from y = [gate | up] [..., 2 N] (the stacked gate/up product), in
+// y's dtype; kind as in ffn_gated (0 ReGLU, 1 dReLU, 2 SwiGLU).
+at::Tensor gated_activation(const at::Tensor& y, int64_t kind) {
+  check_same(y, y, "y");
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  TORCH_CHECK_VALUE(y.dim() >= 1 && y.size(-1) % 2 == 0,
+                    "y must be [..., 2 d_ffn] (gate, then up), got ", y.sizes());
+  std::vector<int64_t> shape(y.sizes().begin(), y.sizes().end());
+  const int64_t N = shape.back() / 2;
+  shape.back() = N;
+  at::Tensor h = at::empty(shape, y.options());
+  if (h.numel() == 0) return h;
+  pbops::gated_activation(weight_type(y, "y"), y.data_ptr(), h.numel() / N, N,
+                          static_cast<pbops::GatedKind>(kind), h.data_ptr());
+  return h;
+}
+
 // Attention of one new token per row after the stacked Q/K/V product (see
 // decode_cpu_kernels.h): qkv [B, 1, (H + 2 KV) hd]; cos, sin [B, hd] or None; k_cache,
 // v_cache [B, KV, max_len, hd], written at row `pos`; returns [B, 1, H hd].
@@ -506,6 +523,7 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         &ffn_gated_threshold);
   m.def("linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &linear);
   m.def("rms_norm(Tensor x, Tensor? weight, float eps) -> Tensor", &rms_norm);
+  m.def("gated_activation(Tensor y, int kind) -> Tensor", &gated_activation);
   m.def("decode_attention(Tensor qkv, Tensor? cos, Tensor? sin, Tensor(a!) k_cache,"
         " Tensor(b!) v_cache, int pos, int n_heads, float scale) -> Tensor",
         &decode_attention);
