@@ -313,7 +313,7 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
             Variant(f"flash {b:.0%} numpy planning", b, compiled_plan=False),
             Variant(f"flash {b:.0%} io_uring SQPOLL", b, io_engine="uring"),
             Variant(f"flash {b:.0%} lookahead oracle", b, lookahead_recall=1.0),
-            Variant(f"flash {b:.0%} lookahead r={LOOKAHEAD_RECALL}", b,
+            Variant(f"flash {b:.0%} lookahead recall {LOOKAHEAD_RECALL}", b,
                     lookahead_recall=LOOKAHEAD_RECALL)]
     return out
 
