@@ -20,7 +20,7 @@ from powerbench.figures.runs import FigureOutput, column, find_simulated_runs, l
 
 SYSTEMS = {"powerinfer2": "PowerInfer-2", "llmflash": "LLM-in-a-Flash", "mmap": "llama.cpp"}
 PI2, BASELINES = "PowerInfer-2", ("LLM-in-a-Flash", "llama.cpp")
-KEYS = ["hardware", "model", "system", "dram_budget_gb", "prefill_unit"]
+KEYS = ["hardware", "model", "system", "dram_budget_gb", "ffn_offload", "prefill_unit"]
 NOTE = "SIMULATED (simulator=phone on a phone profile, not measured)"
 
 
@@ -34,6 +34,9 @@ def phone_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
         "model": column(runs, "params.model.name"),
         "system": column(runs, "params.solver.strategy").map(SYSTEMS),
         "dram_budget_gb": budget.fillna(-1.0),
+        # solver.ffn_offload_fraction (share of the FFN bytes in flash); -1: not set
+        "ffn_offload": pd.to_numeric(column(runs, "params.solver.ffn_offload_fraction",
+                                            np.nan), errors="coerce").fillna(-1.0),
         "prefill_unit": column(runs, "params.simulator.prefill_unit"),
         "fits": pd.to_numeric(column(runs, "metrics.sim_feasible", 1.0)).fillna(1.0) > 0,
         "start_time": runs["start_time"],
@@ -47,7 +50,7 @@ def phone_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
 
 def decode_table(tidy: pd.DataFrame) -> pd.DataFrame:
     """Per (hardware, model, budget): each system's decode tokens/s and PI2's speedups."""
-    keys = ["hardware", "model", "dram_budget_gb"]
+    keys = ["hardware", "model", "dram_budget_gb", "ffn_offload"]
     wide = tidy.pivot_table(index=keys, columns="system", values="sim_decode_tokens_per_s",
                             aggfunc="last").reset_index()
     wide.columns.name = None
@@ -78,7 +81,8 @@ def _bars(table: pd.DataFrame, label: str, title: str, out_dir, name: str) -> Fi
 def pi2_decode(tracking_uri: str | None = None, out_dir: str | Path | None = None,
                experiment: str = "pi2_decode") -> FigureOutput:
     table = decode_table(phone_runs(experiment, tracking_uri))
-    table["label"] = table.model + "\n" + table.hardware
+    table["label"] = table.model + "\n" + table.hardware + table.ffn_offload.map(
+        lambda f: f"\n{f:.0%} FFN in flash" if f >= 0 else "")
     return _bars(table, "label", "PowerInfer-2 decode vs baselines", out_dir, "pi2_decode")
 
 

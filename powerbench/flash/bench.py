@@ -128,12 +128,48 @@ class TraceActiveSets:
     strategy = "trace"
     idealised = False
 
-    def __init__(self, profile: Any) -> None:
+    def __init__(self, profile: Any, lookahead_recall: float = 1.0,
+                 lookahead_precision: float = 1.0, seed: int = 0) -> None:
         self.n_layers = profile.n_layers
         self.sets = [[torch.from_numpy(np.flatnonzero(m)) for m in layer.trace_masks()]
                      for layer in profile.layers]
         self.n_tokens = len(self.sets[0])
         self.step = 0
+        self.profile = profile
+        if not (0.0 <= lookahead_recall <= 1.0 and 0.0 < lookahead_precision <= 1.0):
+            raise ValueError("lookahead recall in [0, 1], precision in (0, 1]")
+        self.lookahead_recall = lookahead_recall
+        self.lookahead_precision = lookahead_precision
+        self.seed = seed
+        self.ahead_sets: list[list[torch.Tensor]] | None = None
+        if lookahead_recall < 1.0 or lookahead_precision < 1.0:
+            self.ahead_sets = self._draw_lookahead(profile)
+
+    def _draw_lookahead(self, profile: Any) -> list[list[torch.Tensor]]:
+        """Per layer and step, drawn up front (the draws are the stand-in's, not the
+        engine's, cost): each true neuron kept with probability `lookahead_recall`; false
+        positives to `lookahead_precision`, drawn among the inactive neurons in proportion
+        to their profiled activation frequency (a mispredicted neuron is more likely one
+        that is often active, i.e. cached)."""
+        r, p = self.lookahead_recall, self.lookahead_precision
+        freq = np.asarray(profile.frequencies(), dtype=np.float64) + 1e-12
+        out = []
+        for layer, sets in enumerate(self.sets):
+            rng = np.random.default_rng((self.seed, layer))
+            row = []
+            for true in sets:
+                t = true.numpy()
+                kept = t[rng.random(t.size) < r]
+                n_fp = int(round(kept.size * (1.0 / p - 1.0)))
+                if n_fp:
+                    w = freq[layer].copy()
+                    w[t] = 0.0
+                    fp = rng.choice(w.size, size=min(n_fp, int(np.count_nonzero(w))),
+                                    replace=False, p=w / w.sum())
+                    kept = np.union1d(kept, fp)
+                row.append(torch.from_numpy(np.sort(kept).astype(np.int64)))
+            out.append(row)
+        return out
 
     def seek(self, step: int) -> None:
         self.step = step
@@ -144,8 +180,58 @@ class TraceActiveSets:
             self.step += 1
         return ids
 
+    def lookahead(self, layer_idx: int, x: torch.Tensor) -> torch.Tensor | None:
+        """A stand-in for a lookahead predictor (layer `layer_idx`'s neurons guessed from
+        the previous layer's input) of the given recall and precision (`_draw_lookahead`);
+        recall = precision = 1: the oracle, the trace's own set."""
+        if layer_idx >= self.n_layers:
+            return None
+        t = self.step % self.n_tokens
+        if self.ahead_sets is None:
+            return self.sets[layer_idx][t]
+        return self.ahead_sets[layer_idx][t]
+
+    def with_lookahead(self, recall: float, precision: float | None = None) -> Any:
+        """A predictor sharing these sets and this step counter whose lookahead has the
+        given recall and precision (default: precision = recall, a same-size guess)."""
+        return _LookaheadView(self, recall, recall if precision is None else precision)
+
     def mean_active(self) -> float:
         return float(np.mean([[s.numel() for s in layer] for layer in self.sets]))
+
+
+class _LookaheadView:
+    """`TraceActiveSets.with_lookahead`: predict/seek go to the parent (one step counter
+    for every engine of the benchmark), lookahead from this view's own draws."""
+
+    strategy = "trace"
+    idealised = False
+
+    def __init__(self, parent: TraceActiveSets, recall: float, precision: float) -> None:
+        self.parent = parent
+        self.n_layers = parent.n_layers
+        self.lookahead_recall, self.lookahead_precision = recall, precision
+        self.ahead_sets = None
+        if recall < 1.0 or precision < 1.0:
+            prev = (parent.lookahead_recall, parent.lookahead_precision)
+            parent.lookahead_recall, parent.lookahead_precision = recall, precision
+            try:
+                self.ahead_sets = parent._draw_lookahead(parent.profile)
+            finally:
+                parent.lookahead_recall, parent.lookahead_precision = prev
+
+    def seek(self, step: int) -> None:
+        self.parent.seek(step)
+
+    def predict(self, layer_idx: int, x: torch.Tensor) -> torch.Tensor:
+        return self.parent.predict(layer_idx, x)
+
+    def lookahead(self, layer_idx: int, x: torch.Tensor) -> torch.Tensor | None:
+        p = self.parent
+        if layer_idx >= p.n_layers:
+            return None
+        t = p.step % p.n_tokens
+        return (p.sets if self.ahead_sets is None else self.ahead_sets)[layer_idx][t]
 
 
 def cached_bytes() -> int:
@@ -198,6 +284,20 @@ class Variant:
     direct: bool = True
     io_engine: str = "auto"  # auto (native AIO with O_DIRECT) | aio | threads
     compute_threads: int | None = None  # the flash kernels' threads (None: torch's)
+    # read layer l+1's predicted misses while layer l computes, with a stand-in predictor
+    # of this recall (= precision; 1.0: the oracle); None: no lookahead
+    lookahead_recall: float | None = None
+    compiled_plan: bool = True  # the per-call planning in compiled code (else numpy)
+
+    @property
+    def lookahead(self) -> bool:
+        return self.lookahead_recall is not None
+
+
+# top-3% lookahead recall (= precision) measured on SmolLM2-135M (`python -m
+# powerbench.flash.lookahead_recall`, results/flash_lookahead_recall.txt): layer l+1's own
+# gate/up on layer l's FFN input, mean over the 29 layer pairs
+LOOKAHEAD_RECALL = 0.53
 
 
 def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
@@ -209,7 +309,12 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
             Variant(f"flash {b:.0%} no pipeline", b, pipeline=False),
             Variant(f"flash {b:.0%} unbundled no pipeline", b, bundled=False, pipeline=False),
             Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads"),
-            Variant(f"flash {b:.0%} one compute thread", b, compute_threads=1)]
+            Variant(f"flash {b:.0%} one compute thread", b, compute_threads=1),
+            Variant(f"flash {b:.0%} numpy planning", b, compiled_plan=False),
+            Variant(f"flash {b:.0%} io_uring SQPOLL", b, io_engine="uring"),
+            Variant(f"flash {b:.0%} lookahead oracle", b, lookahead_recall=1.0),
+            Variant(f"flash {b:.0%} lookahead recall {LOOKAHEAD_RECALL}", b,
+                    lookahead_recall=LOOKAHEAD_RECALL)]
     return out
 
 
@@ -336,6 +441,16 @@ class FlashBenchReport:
             "max |flash - dram| over the first round's outputs: "
             + ", ".join(f"{r.variant.name}: {r.max_abs_diff:.2e}" for r in self.results[1:]),
         ]
+        ahead = [r for r in self.results if r.variant.lookahead and r.metrics]
+        if ahead:
+            out.append(
+                "lookahead (layer l+1's predicted misses read while layer l computes; a "
+                "stand-in predictor of the given recall = precision drawn from the trace, "
+                "false positives in proportion to activation frequency): " + ", ".join(
+                    f"{r.variant.name}: {r.metrics.get('flash_prefetched', 0) / self.tokens_per_round:.0f}"
+                    f" clusters/token read ahead, "
+                    f"{r.metrics.get('flash_prefetch_used', 0) / max(r.metrics.get('flash_prefetched', 0), 1):.0%}"
+                    " of them used" for r in ahead))
         if self.decode_results:
             out += [
                 "",
@@ -404,12 +519,13 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
             ffn: Any = SparseFFN(weights, backend="sparse_cpu", predictors=sets, fused=False,
                                  dense_from_rows=0)
         else:
-            ffn = FlashFFN(weights, predictors=sets, cache_dir=str(root),
+            pred = sets if not v.lookahead else sets.with_lookahead(v.lookahead_recall)
+            ffn = FlashFFN(weights, predictors=pred, cache_dir=str(root),
                            dram_budget_fraction=v.budget, hot_fraction=hot_fraction,
                            io_threads=io_threads, io_engine=v.io_engine, bundled=v.bundled,
                            pipeline=v.pipeline, direct=v.direct, dense_from_rows=0,
-                           compute_threads=v.compute_threads,
-                           profile=profile)
+                           compute_threads=v.compute_threads, lookahead=v.lookahead,
+                           compiled_plan=v.compiled_plan, profile=profile)
         engines.append(ffn)
         results.append(VariantResult(v, load_s=time.perf_counter() - t0))
         log(f"bench: built {v.name} in {time.perf_counter() - t0:.1f} s")
@@ -536,9 +652,9 @@ def _decode_rounds(weights: Any, engines: list[Any], results: list[VariantResult
     chosen = [i for i, r in enumerate(results)
               if r.variant.budget is None or (
                   (r.variant.bundled, r.variant.pipeline, r.variant.direct, r.variant.io_engine,
-                   r.variant.compute_threads)
+                   r.variant.compute_threads, r.variant.lookahead, r.variant.compiled_plan)
                   == (default.bundled, default.pipeline, default.direct, default.io_engine,
-                      default.compute_threads))]
+                      default.compute_threads, default.lookahead, default.compiled_plan))]
     decoders = [Decoder(dweights, ffn=engines[i]) for i in chosen]
     out = [VariantResult(Variant("decode " + results[i].variant.name, results[i].variant.budget,
                                  io_engine=results[i].variant.io_engine)) for i in chosen]

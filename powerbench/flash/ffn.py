@@ -81,7 +81,8 @@ class FlashFFN:
                  bundled: bool = True, pipeline: bool = True, direct: bool = True,
                  backend: str = "sparse_cpu", dense_from_rows: int = 32,
                  max_read_kb: int = 1024, verify: Verify = "header", preload_lru: bool = True,
-                 profile: Any = None, loaded: Any = None) -> None:
+                 lookahead: bool = False, compiled_plan: bool = True, profile: Any = None,
+                 loaded: Any = None) -> None:
         if predictors is None:
             raise ValueError("engine=flash computes the neurons a predictor chooses: run it "
                              "with predictor=fixed, adaptive or oracle")
@@ -142,7 +143,16 @@ class FlashFFN:
                                    engine=io_engine, depth=io_depth,  # type: ignore[arg-type]
                                    submit_thread=io_submit_thread)
         self.pipeline = LayerPipeline(self.header, self.cache, self.reader, self.ops, b1, b2,
-                                      overlap=pipeline)
+                                      overlap=pipeline, planner=compiled_plan)
+        # lookahead: the predictors' guess of layer l+1's neurons from layer l's input
+        # (`predictors.lookahead(l + 1, x)`), read while layer l computes
+        self.lookahead = bool(lookahead)
+        if self.lookahead:
+            if not callable(getattr(self.predictors, "lookahead", None)):
+                raise ValueError("lookahead needs predictors with a lookahead(layer, x) method")
+            if not self.pipeline.enable_lookahead():
+                raise ValueError("lookahead needs native AIO reads of bundled, block-aligned "
+                                 "clusters (io_engine aio/auto, O_DIRECT, bundled)")
         t0 = time.perf_counter()
         self.pipeline.load_hot()
         if preload_lru and freqs is not None:  # warm start: the next most frequent clusters
@@ -187,14 +197,19 @@ class FlashFFN:
         else:
             ids = self.predictors.predict(layer_idx, x).to(torch.int64)
         before = self.reader.stats.bytes_read
+        ahead = None
+        if self.lookahead and not prompt:
+            def ahead() -> Tensor | None:
+                return self.predictors.lookahead(layer_idx + 1, x)
         if self.compute_threads is None:
-            y = self.pipeline.run(layer_idx, x, ids, cache_misses=not prompt, count=not prompt)
+            y = self.pipeline.run(layer_idx, x, ids, cache_misses=not prompt, count=not prompt,
+                                  ahead=ahead)
         else:
             threads = torch.get_num_threads()
             torch.set_num_threads(self.compute_threads)
             try:
                 y = self.pipeline.run(layer_idx, x, ids, cache_misses=not prompt,
-                                      count=not prompt)
+                                      count=not prompt, ahead=ahead)
             finally:
                 torch.set_num_threads(threads)
         read = self.reader.stats.bytes_read - before
@@ -222,6 +237,8 @@ class FlashFFN:
         self._reset_counters()
 
     def _reset_counters(self) -> None:
+        if self.pipeline.planner is not None:
+            self.pipeline.planner.counts[:] = 0
         self.cache.stats.reset()
         self.pipeline.times.reset()
         self.reader.stats.reset()
@@ -232,6 +249,8 @@ class FlashFFN:
         """Since the last `rewind()`. Per token = per decode step (all layers; with a batch,
         one step of every sequence); hit rates are shares of the decode steps' clusters
         looked up; `flash_read_gb_s` = bytes read / time reads were in flight."""
+        if self.pipeline.planner is not None:
+            self.pipeline.planner.flush_counts()
         s, t, r = self.cache.stats, self.pipeline.times, self.reader.stats
         steps = self.decode_calls / self.n_layers
         out = {
@@ -250,6 +269,8 @@ class FlashFFN:
             "flash_submit_s": t.submit_s,
             "flash_read_gb_s": r.bytes_read / t.io_active_s / GB if t.io_active_s else 0.0,
             "flash_reads": float(r.reads),
+            "flash_prefetched": float(t.prefetched),
+            "flash_prefetch_used": float(t.prefetch_used),
             "flash_direct_io": float(self.reader.direct),
             "flash_aio": float(self.reader.engine == "aio"),
             "flash_queue_depth": float(self.reader.depth),
@@ -269,4 +290,5 @@ class FlashFFN:
         return out
 
     def close(self) -> None:
+        self.pipeline.close()
         self.reader.close()

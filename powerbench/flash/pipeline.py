@@ -17,15 +17,20 @@ operators (`powerbench.ops`) read them in place with row ids `slot * cn + k`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from powerbench.flash import plan as flash_plan
+from powerbench.flash.aio import AioContext, ScatterReads
 from powerbench.flash.cache import SegmentedNeuronCache
 from powerbench.flash.layout import ALIGN, LayoutGeometry, LayoutHeader
+from powerbench.flash.plan import LayerPlanner
 from powerbench.flash.reader import DirectReader, ReadPlan, aligned_buffer
+from powerbench.flash.uring import UringScatter
 from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
 
@@ -41,6 +46,8 @@ class PipelineTimes:
     # kernel's per-read work runs in the caller)
     calls: int = 0
     calls_with_reads: int = 0
+    prefetched: int = 0  # clusters read ahead (lookahead), one layer before their call
+    prefetch_used: int = 0  # of those, in the active set of the call they were read for
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
@@ -113,7 +120,7 @@ class LayerPipeline:
 
     def __init__(self, header: LayoutHeader, cache: SegmentedNeuronCache, reader: DirectReader,
                  ops: SparseOps, b1: list[Tensor] | None, b2: list[Tensor] | None,
-                 overlap: bool = True) -> None:
+                 overlap: bool = True, planner: bool = True) -> None:
         g = header.geometry
         self.g, self.header, self.cache, self.reader = g, header, cache, reader
         self.overlap = overlap
@@ -133,6 +140,12 @@ class LayerPipeline:
         self.zero_copy = g.row_bytes % ALIGN == 0 or not reader.direct
         self.stage_np = aligned_buffer(0 if self.zero_copy else g.n_clusters * g.cluster_bytes)
         self.times = PipelineTimes()
+        # the per-call planning in compiled code (None: numpy, `planner=False` or no
+        # compiler); the arena's fc1 biases then come from it too
+        self.planner: LayerPlanner | None = None
+        if planner and (lib := flash_plan.load()) is not None:
+            self.planner = LayerPlanner(lib, cache, g.cluster_neurons, g.d_ffn,
+                                        self.scratch_base, self.b1, self.arena.b1_np)
         # AIO through preallocated iocbs for the common read: one bundled cluster into its
         # arena rows (None: thread-pool reads, or reads that need a staging copy)
         self.scatter = None
@@ -142,6 +155,106 @@ class LayerPipeline:
                                                 np.tile(np.arange(n_p), cn), self.arena.flat_np)
             # byte offset in its part's arena of piece (k, p) of a cluster in slot 0
             self.piece_dest = np.repeat(np.arange(cn, dtype=np.int64) * g.row_bytes, n_p)
+        # lookahead reads (`prefetch`): a second AIO context, so that the next layer's
+        # batch can be in flight beside this layer's
+        self.ahead: ScatterReads | UringScatter | None = None
+        self.ahead_ctx: AioContext | None = None
+        self._ahead_layer = -1
+        self._ahead_units = np.empty(0, dtype=np.int64)
+        self._ahead_t0 = 0.0
+        self._ahead_task = None  # the lookahead submission in an I/O thread
+        self._io_until = 0.0  # end of the reads-outstanding time counted so far
+
+    def enable_lookahead(self) -> bool:
+        """Allocate the lookahead reads (AIO with zero-copy bundled clusters only)."""
+        if self.scatter is None:
+            return False
+        if self.ahead is None:
+            g, sc = self.g, self.scatter
+            cn, n_p = g.cluster_neurons, g.n_parts
+            bases = np.array([d.ctypes.data for d in self.arena.flat_np], dtype=np.int64)
+            piece_buf = np.tile(np.arange(n_p), cn)
+            ring = getattr(self.reader, "ring", None)
+            if ring is not None:  # a second batch on the reader's ring
+                self.ahead = UringScatter(ring, self.reader.fd, cn * n_p, g.row_bytes,
+                                          piece_buf, bases, sc.ctx.depth)
+            else:
+                self.ahead_ctx = AioContext(sc.ctx.depth)
+                self.ahead = ScatterReads(self.ahead_ctx, self.reader.fd, cn * n_p,
+                                          g.row_bytes, piece_buf, bases)
+        return True
+
+    def close(self) -> None:
+        if self._ahead_task is not None:
+            task, self._ahead_task = self._ahead_task, None
+            try:
+                task.result()
+            except OSError:
+                pass
+        if self.ahead is not None and not self.ahead.finished:
+            try:
+                self.ahead.wait()
+            except OSError:
+                pass
+        if self.ahead_ctx is not None:
+            self.ahead_ctx.close()
+            self.ahead_ctx = None
+
+    def prefetch(self, layer: int, ids: np.ndarray) -> int:
+        """Start reading the clusters of predicted neurons `ids` (int64) of `layer` that
+        are not resident into LRU slots of `layer` (admitted now, so the layer's call finds
+        them resident and first waits for this batch). Returns the clusters submitted.
+        A prediction's false positives cost reads and LRU slots, its misses are read on
+        demand as before."""
+        if (self.ahead is None or self._ahead_task is not None or not self.ahead.finished
+                or layer >= self.g.n_layers):
+            return 0
+        cn = self.g.cluster_neurons
+        units = ids if cn == 1 else np.unique(ids // cn)
+        miss = units[self.cache.slot_of[layer][units] < 0][: self.ahead.ctx.depth]
+        if miss.size == 0:
+            return 0
+        new = self.cache.admit(layer, miss, count=False)
+        keep = new >= 0
+        miss, new = miss[keep], new[keep]
+        if miss.size == 0:
+            return 0
+        g = self.g
+        if self.b1 is not None:
+            self.arena.set_b1(new, miss, self.b1[layer])
+        self._ahead_t0 = time.perf_counter()
+        dest = (new * (cn * g.row_bytes))[:, None] + self.piece_dest
+        offsets = self.header.layer_offsets[layer] + miss * g.cluster_bytes
+        if self.reader.submit_thread:  # the kernel's submission work in an I/O thread
+            self._ahead_task = self.reader.pool.submit(self.ahead.submit, offsets, dest)
+        else:
+            self.ahead.submit(offsets, dest)
+        self._ahead_layer, self._ahead_units = layer, miss
+        st = self.reader.stats
+        st.extents += int(miss.size)
+        st.reads += int(miss.size)
+        st.bytes_read += int(miss.size) * self.ahead.read_bytes
+        self.times.prefetched += int(miss.size)
+        return int(miss.size)
+
+    def _collect_ahead(self, units: np.ndarray | None = None) -> None:
+        """Wait for the lookahead batch (before any of its slots are computed or evicted)."""
+        if self.ahead is None:
+            return
+        if self._ahead_task is not None:
+            task, self._ahead_task = self._ahead_task, None
+            task.result()
+        if not self.ahead.finished:
+            t0 = time.perf_counter()
+            self.ahead.wait()
+            t1 = time.perf_counter()
+            self.times.io_wait_s += t1 - t0
+            self._active(self._ahead_t0, t1)
+        elif self._ahead_t0 > self._io_until:  # landed unseen (io_uring: reaped by
+            self._active(self._ahead_t0, time.perf_counter())  # another batch's wait)
+        if units is not None and self._ahead_units.size:
+            self.times.prefetch_used += int(np.count_nonzero(
+                np.isin(self._ahead_units, units, assume_unique=True)))
 
     # ---- loading ------------------------------------------------------------------------------
     def load_hot(self) -> None:
@@ -155,11 +268,13 @@ class LayerPipeline:
             self._read_submit(layer, clusters, slots).wait()
             self._install(layer, slots, clusters)
 
-    def _read_submit(self, layer: int, clusters: np.ndarray, slots: np.ndarray):
+    def _read_submit(self, layer: int, clusters: np.ndarray, slots: np.ndarray,
+                     b1_set: bool = False):
         base = self.header.layer_offsets[layer]
         if self.zero_copy:
-            b1 = None if self.b1 is None else self.b1[layer]
-            self.arena.set_b1(slots, clusters, b1)
+            if not b1_set:
+                b1 = None if self.b1 is None else self.b1[layer]
+                self.arena.set_b1(slots, clusters, b1)
             scatter = self.scatter
             if (scatter is not None and clusters.size <= scatter.ctx.depth
                     and (clusters.size < 2 or np.diff(clusters).min() > 1)):
@@ -211,7 +326,7 @@ class LayerPipeline:
         return y
 
     def run(self, layer: int, x: Tensor, ids: Tensor, cache_misses: bool = True,
-            count: bool = True) -> Tensor:
+            count: bool = True, ahead: Callable[[], Tensor | None] | None = None) -> Tensor:
         """y fp32 [n_tokens, d_model] = the FFN over neurons `ids` (int64, distinct).
 
         `cache_misses` False: missing clusters go to scratch only (a prompt's full sweep
@@ -219,19 +334,29 @@ class LayerPipeline:
 
         Planning is a few whole-array operations per call (no Python per neuron or read):
         one gather of the cache's slot map gives every cluster's slot (-1: missing); a call
-        with no misses computes at once from those slots."""
+        with no misses computes at once from those slots.
+
+        `ahead`: the lookahead (a prediction of the next layer's neurons from this layer's
+        input, or None); its missing clusters are read while this call computes
+        (`prefetch`)."""
         cn, t = self.g.cluster_neurons, self.times
         t0 = time.perf_counter()
         ids_np = ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
+        if self.planner is not None:
+            return self._run_planned(layer, x, ids_np, cache_misses, count, ahead, t0)
         if cn == 1 and (ids_np.size < 2 or np.diff(ids_np).min() > 0):
             units, inv = ids_np, None  # sorted distinct ids are their own clusters
         else:
             units, inv = np.unique(ids_np // cn, return_inverse=True)
+        if self._ahead_layer >= 0 and self._ahead_layer != layer:
+            self._collect_ahead()  # read for another layer (a call was skipped): land it
+            self._ahead_layer = -1
         slots, n_miss = self.cache.lookup_slots(layer, units, count=count)
         t.calls += 1
         if n_miss == 0:
             rows = slots if inv is None else slots[inv] * cn + ids_np % cn
             t.plan_s += time.perf_counter() - t0
+            self._ahead_step(ahead, layer, units)
             y = self._compute(x, rows, layer)
             return y if y is not None else self._zeros(x, layer)
         hit = slots >= 0
@@ -253,11 +378,13 @@ class LayerPipeline:
             rows, resident = slots[inv] * cn + ids_np % cn, hit[inv]
         t.plan_s += time.perf_counter() - t0
         t.calls_with_reads += 1
+        self._ahead_step(ahead, layer, units)
         # the pipeline: the resident neurons (with the fc2 bias) while the reads run
         y = self._compute(x, rows[resident], layer) if self.overlap else None
         t1 = time.perf_counter()
-        t.io_active_s += pending.wait()
+        pending.wait()
         t2 = time.perf_counter()
+        self._active(pending.started, max(pending.finished, default=t2))
         t.io_wait_s += t2 - t1
         self._install(layer, new, miss)
         t.install_s += time.perf_counter() - t2
@@ -268,6 +395,83 @@ class LayerPipeline:
             if rest is not None:
                 y = y + rest
         return y if y is not None else self._zeros(x, layer)
+
+    def _run_planned(self, layer: int, x: Tensor, ids_np: np.ndarray, cache_misses: bool,
+                     count: bool, ahead: Callable[[], Tensor | None] | None, t0: float
+                     ) -> Tensor:
+        """`run` with the compiled planner (same policy, same reads, same kernels)."""
+        t, p = self.times, self.planner
+        assert p is not None
+        if self._ahead_layer >= 0 and self._ahead_layer != layer:
+            self._collect_ahead()
+            self._ahead_layer = -1
+        if not ids_np.flags.c_contiguous:
+            ids_np = np.ascontiguousarray(ids_np)
+        try:
+            n_miss, n = p.plan(layer, ids_np, admit=cache_misses, count=count)
+        except ValueError:  # not ascending: the same neurons, sorted
+            ids_np = np.unique(ids_np)
+            n_miss, n = p.plan(layer, ids_np, admit=cache_misses, count=count)
+        t.calls += 1
+        units = p.units[: int(p.n_units[0])]
+        if n_miss == 0:
+            rows = p.rows[:n]
+            t.plan_s += time.perf_counter() - t0
+            self._ahead_step(ahead, layer, units)
+            y = self._compute(x, rows, layer)
+            return y if y is not None else self._zeros(x, layer)
+        miss, new = p.miss_units[:n_miss], p.miss_slots[:n_miss]
+        t1 = time.perf_counter()
+        pending = self._read_submit(layer, miss, new, b1_set=True)
+        t.submit_s += time.perf_counter() - t1
+        t0 += time.perf_counter() - t1  # plan_s leaves the submission out
+        resident = p.resident[:n]
+        if self.overlap:
+            rows_hit, rows_miss = p.rows[:n][resident], p.rows[:n][~resident]
+        else:
+            rows_hit = rows_miss = p.rows[:n].copy()
+        miss, new = miss.copy(), new.copy()
+        t.plan_s += time.perf_counter() - t0
+        t.calls_with_reads += 1
+        self._ahead_step(ahead, layer, units)
+        y = self._compute(x, rows_hit, layer) if self.overlap else None
+        t1 = time.perf_counter()
+        pending.wait()
+        t2 = time.perf_counter()
+        self._active(pending.started, max(pending.finished, default=t2))
+        t.io_wait_s += t2 - t1
+        self._install(layer, new, miss)
+        t.install_s += time.perf_counter() - t2
+        if y is None:  # no pipeline: every row; or no resident rows
+            y = self._compute(x, rows_miss, layer)
+        else:
+            rest = self._compute(x, rows_miss)
+            if rest is not None:
+                y = y + rest
+        return y if y is not None else self._zeros(x, layer)
+
+    def _active(self, start: float, end: float) -> None:
+        """Add [start, end] (reads outstanding) to `io_active_s`, counting time already
+        covered by an earlier interval once (a lookahead batch overlaps the demand one)."""
+        self.times.io_active_s += max(0.0, end - max(start, self._io_until))
+        self._io_until = max(self._io_until, end)
+
+    def _ahead_step(self, ahead: Callable[[], Tensor | None] | None, layer: int,
+                    units: np.ndarray) -> None:
+        """This layer's lookahead reads land (before any of its rows are computed), then
+        the next layer's predicted misses are submitted (one lookahead batch in flight)."""
+        if self._ahead_layer == layer:
+            self._collect_ahead(units)
+            self._ahead_layer = -1
+        if ahead is None or self.ahead is None or layer + 1 >= self.g.n_layers:
+            return
+        ids = ahead()
+        if ids is None:
+            return
+        t0 = time.perf_counter()
+        ids_np = ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
+        self.prefetch(layer + 1, ids_np)
+        self.times.submit_s += time.perf_counter() - t0
 
     def _zeros(self, x: Tensor, layer: int) -> Tensor:
         y = torch.zeros(x.shape[0], self.g.d_model, dtype=torch.float32)

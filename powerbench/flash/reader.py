@@ -14,6 +14,9 @@ buffers, up to `max_read_bytes` and `IOV_MAX` pieces). Two engines issue the rea
 
 - "aio" (default where the kernel allows it): Linux native AIO (`powerbench.flash.aio`),
   the whole batch in one `io_submit`, up to `depth` reads in flight, no threads;
+- "uring": the fixed-shape cluster reads (`scatter_reads`) through io_uring with a kernel
+  submission thread (`powerbench.flash.uring`: the kernel's per-batch submission work
+  leaves the caller), other batches through AIO; needs O_DIRECT;
 - "threads": `io_threads` workers, each issuing its share with `os.preadv` one after
   another (queue depth `io_threads`); `preadv` releases the GIL.
 
@@ -37,6 +40,7 @@ from typing import Literal
 import numpy as np
 
 from powerbench.flash.aio import AioBatch, AioContext, ScatterReads
+from powerbench.flash.uring import Ring, UringScatter
 from powerbench.hardware.storage import open_direct
 
 IOV_MAX = 1024
@@ -216,7 +220,7 @@ class PendingRead:
     futures: list[Task] = field(default_factory=list)
     started: float = 0.0
     finished: list[float] = field(default_factory=list)
-    batch: AioBatch | ScatterReads | None = None
+    batch: AioBatch | ScatterReads | UringScatter | None = None
     on_done: Callable[[], None] | None = None
 
     collected: bool = False  # wait() has returned or raised
@@ -240,7 +244,7 @@ class PendingRead:
         return (max(self.finished) - self.started) if self.finished else 0.0
 
 
-IOEngine = Literal["auto", "aio", "threads"]
+IOEngine = Literal["auto", "aio", "uring", "threads"]
 
 
 class DirectReader:
@@ -254,8 +258,9 @@ class DirectReader:
                  depth: int = 128, submit_thread: bool = False) -> None:
         if io_threads < 1:
             raise ValueError(f"io_threads must be >= 1, got {io_threads}")
-        if engine not in ("auto", "aio", "threads"):
-            raise ValueError(f"unknown I/O engine {engine!r}; valid: auto, aio, threads")
+        if engine not in ("auto", "aio", "uring", "threads"):
+            raise ValueError(f"unknown I/O engine {engine!r}; valid: auto, aio, uring, "
+                             "threads")
         self.path = str(path)
         self.io_threads = io_threads
         self.max_read_bytes = max_read_bytes
@@ -265,7 +270,15 @@ class DirectReader:
         self.fd, self.direct = self._open(direct)
         self.aio: AioContext | None = None
         # native AIO is asynchronous only with O_DIRECT (buffered reads block in io_submit)
-        if engine == "aio" or (engine == "auto" and self.direct):
+        self.ring: Ring | None = None
+        if engine == "uring":
+            if not self.direct:
+                raise ValueError("io_engine uring needs O_DIRECT (buffered reads would run "
+                                 "synchronously in the kernel's submission thread)")
+            # the fixed-shape reads through io_uring with a kernel submission thread; other
+            # batches through native AIO
+            self.ring = Ring(2 * depth, sqpoll=True)
+        if engine in ("aio", "uring") or (engine == "auto" and self.direct):
             try:
                 self.aio = AioContext(depth)
             except OSError as err:
@@ -273,7 +286,8 @@ class DirectReader:
                     raise
                 warnings.warn(f"native AIO unavailable ({err}); flash reads use a thread pool",
                               RuntimeWarning, stacklevel=2)
-        self.engine = "aio" if self.aio is not None else "threads"
+        self.engine = ("uring" if self.ring is not None else
+                       "aio" if self.aio is not None else "threads")
         self.depth = self.aio.depth if self.aio is not None else io_threads
         self.pool = Workers(io_threads)
         self._last: PendingRead | None = None
@@ -379,9 +393,12 @@ class DirectReader:
         if self.aio is None:
             return None
         bases = np.array([d.ctypes.data for d in dests], dtype=np.int64)
+        if self.ring is not None:
+            return UringScatter(self.ring, self.fd, n_pieces, piece_bytes, piece_buf, bases,
+                                self.aio.depth)
         return ScatterReads(self.aio, self.fd, n_pieces, piece_bytes, piece_buf, bases)
 
-    def submit_scatter(self, reads: ScatterReads, file_offsets: np.ndarray,
+    def submit_scatter(self, reads: ScatterReads | UringScatter, file_offsets: np.ndarray,
                        dest_offsets: np.ndarray) -> PendingRead:
         """Start `reads` (from `scatter_reads`): read j at `file_offsets[j]`, its piece p
         at byte `dest_offsets[j, p]` of its buffer. Returns at once."""
@@ -420,6 +437,8 @@ class DirectReader:
             self.pool.shutdown()
             if self.aio is not None:
                 self.aio.close()
+            if self.ring is not None:
+                self.ring.close()
             os.close(self.fd)
             self.fd = -1
 

@@ -40,6 +40,11 @@ class PI2PlannerConfig(SolverConfig):
     name: str = "pi2_planner"
     strategy: PlanStrategy = PlanStrategy.powerinfer2
     dram_budget_gb: float | None = None  # None: the usable DRAM of the hardware profile
+    # the budget instead as "this share of the FFN's bytes in flash" (PowerInfer-2's "50%
+    # offload" setting): the dense parts every system keeps (attention, KV cache,
+    # embeddings, buffers; not predictors) + (1 - share) of the FFN bytes, the same for
+    # every strategy (PowerInfer-2 pays for its predictors out of it)
+    ffn_offload_fraction: float | None = None
     hot_share: float = 0.5  # share of the neuron cache pinned hot (powerinfer2)
     cluster_neurons: int | None = None  # None: the planner picks from cluster_candidates
     cluster_candidates: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
@@ -67,6 +72,13 @@ class PI2PlannerConfig(SolverConfig):
         if min(self.mmap_major_fault_us, self.mmap_minor_fault_us) < 0 or \
                 self.mmap_fault_around_kb <= 0 or self.mmap_block_kb <= 0:
             raise ValueError("solver.mmap_*: fault costs must be >= 0 and sizes > 0")
+        if self.ffn_offload_fraction is not None:
+            if not 0.0 <= self.ffn_offload_fraction <= 1.0:
+                raise ValueError("solver.ffn_offload_fraction must be in [0, 1], got "
+                                 f"{self.ffn_offload_fraction}")
+            if self.dram_budget_gb is not None:
+                raise ValueError("give solver.dram_budget_gb or solver.ffn_offload_fraction, "
+                                 "not both")
         if self.dram_budget_gb is not None and self.dram_budget_gb <= 0:
             raise ValueError(f"solver.dram_budget_gb must be > 0, got {self.dram_budget_gb}")
 

@@ -104,13 +104,21 @@ def solve_pi2(cfg: PI2PlannerConfig, problem: PlacementProblem) -> PhonePlacemen
     bm = replace(byte_model(cfg, problem), predictor=_predictor_bytes(cfg, problem))
     usable = hw.cpu_capacity
     budget = cfg.dram_budget_gb * GB if cfg.dram_budget_gb is not None else usable
-    if budget > usable + 1.0:
-        raise ValueError(f"solver.dram_budget_gb={cfg.dram_budget_gb:g} exceeds the "
-                         f"{usable / GB:.2f} GB usable on {hw.name}")
     gpu = DeviceBytes(buffers=bm.gpu_buffer)
     cpu = DeviceBytes(attention=bm.n_layers * bm.attn, kv_cache=bm.n_layers * bm.kv,
                       embeddings=bm.embed_in + bm.lm_head,
                       predictors=float(bm.predictor.sum()), buffers=bm.cpu_buffer)
+    if cfg.ffn_offload_fraction is not None:
+        budget = (gpu.total + cpu.total - cpu.predictors
+                  + (1.0 - cfg.ffn_offload_fraction) * bm.ffn_total)
+    if budget > usable + 1.0:
+        if cfg.ffn_offload_fraction is not None:  # a setting this phone cannot hold
+            raise PlacementInfeasibleError(
+                "DRAM (usable)", budget, usable,
+                f"{what}: {1 - cfg.ffn_offload_fraction:.0%} of the FFN + the dense parts "
+                f"need {budget / GB:.2f} GB, {hw.name} has {usable / GB:.2f} GB usable")
+        raise ValueError(f"solver.dram_budget_gb={cfg.dram_budget_gb:g} exceeds the "
+                         f"{usable / GB:.2f} GB usable on {hw.name}")
     resident = gpu.total + cpu.total
     if resident > budget:
         raise _infeasible(cfg, budget, resident, bm, what)

@@ -95,3 +95,24 @@ def test_io_core_is_chosen_from_flash_and_compute_estimates(bamboo):
     with pytest.raises(ValueError, match="io_core 'huge'"):
         solve(group_config("solver", "pi2_planner", dram_budget_gb=4.5, io_core="huge"),
               spec, profile, hw, weight_dtype="int4", context=192)
+
+
+def test_ffn_offload_fraction_gives_every_strategy_the_same_budget(bamboo):
+    """solver.ffn_offload_fraction=0.5: the dense parts + half of the FFN's bytes, the same
+    budget for every strategy (PowerInfer-2's predictors come out of it); llama.cpp then
+    holds half of the FFN, PowerInfer-2 a little less."""
+    spec, profile, hw = bamboo
+    plans = {s: solve(group_config("solver", "pi2_planner", strategy=s,
+                                   ffn_offload_fraction=0.5, cluster_candidates=[1, 4]),
+                      spec, profile, hw, weight_dtype="int4", context=192)
+             for s in ("powerinfer2", "mmap")}
+    budgets = {s: p.dram_budget_bytes for s, p in plans.items()}
+    assert budgets["powerinfer2"] == pytest.approx(budgets["mmap"])
+    assert plans["mmap"].resident_ffn_share == pytest.approx(0.5, abs=0.01)
+    assert 0.0 < plans["powerinfer2"].resident_ffn_share < 0.5
+    with pytest.raises(ValueError, match="not both"):
+        group_config("solver", "pi2_planner", ffn_offload_fraction=0.5, dram_budget_gb=4.0)
+    with pytest.raises(PlacementInfeasibleError, match="FFN"):  # more than the phone holds
+        solve(group_config("solver", "pi2_planner", ffn_offload_fraction=0.0), spec, profile,
+              load_hardware(group_config("hardware", "oneplus_ace2")), weight_dtype="int4",
+              context=10 ** 6)

@@ -1,0 +1,136 @@
+"""The compiled per-call planner, the lookahead reads and the io_uring engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from powerbench.flash import plan as flash_plan
+from powerbench.flash.cache import SegmentedNeuronCache, plan_segments
+from tests.flash.conftest import TrueMask
+from tests.flash.test_flash_ffn import flash, fp16_weights, run_both
+
+needs_planner = pytest.mark.skipif(flash_plan.load() is None, reason="no C++ compiler")
+
+
+def _caches(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    freq = rng.random((3, 64))
+    plan = plan_segments(freq, 3, 64, 70, hot_fraction=0.4)
+    return SegmentedNeuronCache(plan, 64), SegmentedNeuronCache(plan, 64), rng
+
+
+@needs_planner
+@pytest.mark.parametrize("cn", [1, 4])
+def test_the_compiled_plan_is_the_numpy_policy(cn):
+    """Same hits, misses, admissions and evictions as lookup_slots + admit, call by call,
+    and every neuron's row in the slot that holds (or now receives) its cluster."""
+    a, b, rng = _caches()
+    b1 = [rng.random(64 * cn).astype(np.float32) for _ in range(3)]
+    arena_b1 = np.zeros((a.n_slots + 64) * cn, dtype=np.float32)
+    p = flash_plan.LayerPlanner(flash_plan.load(), b, cn, 64 * cn, a.n_slots, b1, arena_b1)
+    for step in range(60):
+        layer = step % 3
+        ids = np.sort(rng.choice(64 * cn, size=int(rng.integers(1, 40)), replace=False))
+        units = np.unique(ids // cn)
+        slots, n_miss = a.lookup_slots(layer, units)
+        miss = units[slots < 0]
+        new = a.admit(layer, miss)
+        got_miss, n = p.plan(layer, ids.astype(np.int64))
+        assert got_miss == n_miss
+        assert np.array_equal(p.miss_units[:n_miss], miss)
+        assert np.array_equal(p.miss_slots[:n_miss] >= a.n_slots, new < 0)  # spilled alike
+        assert np.array_equal(a.slot_of >= 0, b.slot_of >= 0)  # the same clusters resident
+        assert (a.tick, a._call_start) == (b.tick, b._call_start)
+        rows = p.rows[:n]
+        slot = np.where(b.slot_of[layer][ids // cn] >= 0, b.slot_of[layer][ids // cn], -1)
+        spilled = ~p.resident[:n] & (slot < 0)
+        assert np.array_equal(rows[~spilled], (slot * cn + ids % cn)[~spilled])
+        assert np.array_equal(p.resident[:n], np.isin(ids // cn, units[slots >= 0]))
+        ms, mu = p.miss_slots[:n_miss], p.miss_units[:n_miss]
+        got = arena_b1[(ms[:, None] * cn + np.arange(cn)).ravel()]
+        assert np.array_equal(got, b1[layer][(mu[:, None] * cn + np.arange(cn)).ravel()])
+    p.flush_counts()
+    assert a.stats == b.stats
+
+
+@needs_planner
+def test_the_planner_takes_unsorted_ids_and_refuses_nothing(tmp_path, opt_weights):
+    class Shuffled(TrueMask):
+        def predict(self, layer_idx, x):
+            ids = super().predict(layer_idx, x)
+            return ids.flip(0)
+
+    ffn = flash(opt_weights, tmp_path, predictors=Shuffled(opt_weights),
+                dram_budget_fraction=0.3, cluster_neurons=4)
+    assert ffn.pipeline.planner is not None
+    run_both(opt_weights, ffn, rows=2)
+
+
+class Lookahead(TrueMask):
+    """TrueMask with a lookahead: the next layer's exact set computed from this layer's
+    input (a bad guess: another layer's input), every other neuron dropped, plus a few
+    false positives."""
+
+    def lookahead(self, layer_idx, x):
+        if layer_idx >= self.weights.n_layers:
+            return None
+        ids = self.predict(layer_idx, x)[::2]
+        extra = torch.arange(0, self.weights.layers[0].ffn.d_ffn, 97)
+        return torch.unique(torch.cat([ids, extra]))
+
+
+@pytest.mark.parametrize("submit_thread", [False, True])
+def test_lookahead_reads_keep_the_outputs(tmp_path, submit_thread):
+    weights = fp16_weights()
+    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="aio",
+                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True,
+                io_submit_thread=submit_thread)
+    if not ffn.reader.direct:
+        pytest.skip("no O_DIRECT here")
+    run_both(weights, ffn, steps=4)
+    m = ffn.metrics()
+    assert m["flash_prefetched"] > 0 and 0 < m["flash_prefetch_used"] <= m["flash_prefetched"]
+    ffn.close()
+
+
+def test_lookahead_needs_a_lookahead_predictor(tmp_path):
+    weights = fp16_weights()
+    with pytest.raises(ValueError, match="lookahead"):
+        flash(weights, tmp_path, io_engine="aio", dram_budget_fraction=0.25, lookahead=True)
+
+
+def test_io_uring_reads_equal_sparse_ffn(tmp_path):
+    from powerbench.flash import uring
+
+    if not uring.available():
+        pytest.skip("io_uring with a submission thread is not allowed here")
+    weights = fp16_weights()
+    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="uring",
+                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True)
+    if not ffn.reader.direct:
+        pytest.skip("no O_DIRECT here")
+    assert ffn.reader.engine == "uring"
+    run_both(weights, ffn, steps=4)
+    m = ffn.metrics()
+    assert m["flash_reads"] > 0 and m["flash_prefetched"] > 0
+    ffn.close()
+
+
+def test_trace_lookahead_stand_in_has_its_recall():
+    from powerbench.flash.bench import BenchShape, TraceActiveSets, synthetic_profile_for
+
+    shape = BenchShape(n_layers=3, d_model=64, d_ffn=2048)
+    sets = TraceActiveSets(synthetic_profile_for(shape, 40))
+    view = sets.with_lookahead(0.5)
+    assert view.lookahead(1, None) is not None and sets.lookahead(1, None) is sets.sets[1][0]
+    hit = tot = pred = 0
+    for t in range(40):
+        sets.seek(t)
+        for layer in range(3):
+            true = set(sets.sets[layer][t].tolist())
+            got = set(view.lookahead(layer, None).tolist())
+            hit, tot, pred = hit + len(true & got), tot + len(true), pred + len(got)
+    assert 0.4 < hit / tot < 0.6 and 0.4 < hit / pred < 0.6
+    assert view.lookahead(3, None) is None
