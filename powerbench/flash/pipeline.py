@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -381,20 +382,8 @@ class LayerPipeline:
         self._ahead_step(ahead, layer, units)
         # the pipeline: the resident neurons (with the fc2 bias) while the reads run
         y = self._compute(x, rows[resident], layer) if self.overlap else None
-        t1 = time.perf_counter()
-        pending.wait()
-        t2 = time.perf_counter()
-        self._active(pending.started, max(pending.finished, default=t2))
-        t.io_wait_s += t2 - t1
-        self._install(layer, new, miss)
-        t.install_s += time.perf_counter() - t2
-        if y is None:
-            y = self._compute(x, rows if not self.overlap else rows[~resident], layer)
-        else:
-            rest = self._compute(x, rows[~resident])
-            if rest is not None:
-                y = y + rest
-        return y if y is not None else self._zeros(x, layer)
+        return self._finish(layer, x, pending, new, miss, y,
+                            rows[~resident] if self.overlap else rows)
 
     def _run_planned(self, layer: int, x: Tensor, ids_np: np.ndarray, cache_misses: bool,
                      count: bool, ahead: Callable[[], Tensor | None] | None, t0: float
@@ -435,6 +424,14 @@ class LayerPipeline:
         t.calls_with_reads += 1
         self._ahead_step(ahead, layer, units)
         y = self._compute(x, rows_hit, layer) if self.overlap else None
+        return self._finish(layer, x, pending, new, miss, y, rows_miss)
+
+    def _finish(self, layer: int, x: Tensor, pending: Any, new: np.ndarray, miss: np.ndarray,
+                y: Tensor | None, rest_rows: np.ndarray) -> Tensor:
+        """The end of a call with reads: wait for them, install the clusters they brought,
+        then compute `rest_rows` (the read neurons; every row when nothing was computed
+        while the reads ran: no pipeline, or no resident rows) and add it to `y`."""
+        t = self.times
         t1 = time.perf_counter()
         pending.wait()
         t2 = time.perf_counter()
@@ -442,10 +439,10 @@ class LayerPipeline:
         t.io_wait_s += t2 - t1
         self._install(layer, new, miss)
         t.install_s += time.perf_counter() - t2
-        if y is None:  # no pipeline: every row; or no resident rows
-            y = self._compute(x, rows_miss, layer)
+        if y is None:
+            y = self._compute(x, rest_rows, layer)
         else:
-            rest = self._compute(x, rows_miss)
+            rest = self._compute(x, rest_rows)
             if rest is not None:
                 y = y + rest
         return y if y is not None else self._zeros(x, layer)
