@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "sparse_cpu_kernels.h"  // WType
+
 namespace pbops {
 namespace simd {
 
@@ -50,6 +52,17 @@ inline void store(bf16* p, float v) {
     p->v = uint16_t((u >> 16) | 0x40u);  // NaN stays a (quiet) NaN
   } else {
     p->v = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even
+  }
+}
+
+// f(T{}) with T the element type `t` names (float, f16 or bf16): the one dtype switch of
+// every kernel entry point, e.g. with_type(t, [&](auto tag) { using T = decltype(tag); ... }).
+template <typename F>
+inline void with_type(WType t, F&& f) {
+  switch (t) {
+    case kF32: f(float{}); break;
+    case kF16: f(f16{}); break;
+    case kBF16: f(bf16{}); break;
   }
 }
 

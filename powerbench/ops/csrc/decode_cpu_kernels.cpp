@@ -168,60 +168,30 @@ void attention_impl(const T* qkv, const T* cos, const T* sin, T* kc, T* vc, int6
 
 void rms_norm(WType t, const void* x, const void* weight, int64_t R, int64_t D, float eps,
               void* out) {
-  switch (t) {
-    case kF32:
-      rms_norm_impl(static_cast<const float*>(x), static_cast<const float*>(weight), R, D, eps,
-                    static_cast<float*>(out));
-      break;
-    case kF16:
-      rms_norm_impl(static_cast<const f16*>(x), static_cast<const f16*>(weight), R, D, eps,
-                    static_cast<f16*>(out));
-      break;
-    case kBF16:
-      rms_norm_impl(static_cast<const bf16*>(x), static_cast<const bf16*>(weight), R, D, eps,
-                    static_cast<bf16*>(out));
-      break;
-  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_impl(static_cast<const T*>(x), static_cast<const T*>(weight), R, D, eps,
+                  static_cast<T*>(out));
+  });
 }
 
 void gated_activation(WType t, const void* y, int64_t R, int64_t N, GatedKind kind, void* h) {
-  switch (t) {
-    case kF32:
-      gated_impl(static_cast<const float*>(y), R, N, kind, static_cast<float*>(h));
-      break;
-    case kF16:
-      gated_impl(static_cast<const f16*>(y), R, N, kind, static_cast<f16*>(h));
-      break;
-    case kBF16:
-      gated_impl(static_cast<const bf16*>(y), R, N, kind, static_cast<bf16*>(h));
-      break;
-  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    gated_impl(static_cast<const T*>(y), R, N, kind, static_cast<T*>(h));
+  });
 }
 
 void decode_attention(WType t, const void* qkv, const void* cos, const void* sin,
                       void* k_cache, void* v_cache, int64_t B, int64_t H, int64_t KV,
                       int64_t hd, int64_t max_len, int64_t pos, float scale, void* out,
                       int threads) {
-  switch (t) {
-    case kF32:
-      attention_impl(static_cast<const float*>(qkv), static_cast<const float*>(cos),
-                     static_cast<const float*>(sin), static_cast<float*>(k_cache),
-                     static_cast<float*>(v_cache), B, H, KV, hd, max_len, pos, scale,
-                     static_cast<float*>(out), threads);
-      break;
-    case kF16:
-      attention_impl(static_cast<const f16*>(qkv), static_cast<const f16*>(cos),
-                     static_cast<const f16*>(sin), static_cast<f16*>(k_cache),
-                     static_cast<f16*>(v_cache), B, H, KV, hd, max_len, pos, scale,
-                     static_cast<f16*>(out), threads);
-      break;
-    case kBF16:
-      attention_impl(static_cast<const bf16*>(qkv), static_cast<const bf16*>(cos),
-                     static_cast<const bf16*>(sin), static_cast<bf16*>(k_cache),
-                     static_cast<bf16*>(v_cache), B, H, KV, hd, max_len, pos, scale,
-                     static_cast<bf16*>(out), threads);
-      break;
-  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    attention_impl(static_cast<const T*>(qkv), static_cast<const T*>(cos),
+                   static_cast<const T*>(sin), static_cast<T*>(k_cache), static_cast<T*>(v_cache),
+                   B, H, KV, hd, max_len, pos, scale, static_cast<T*>(out), threads);
+  });
 }
 
 }  // namespace pbops

@@ -299,11 +299,10 @@ void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, co
 template <typename WT>
 void dense_out(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
                WType ot, void* out, int64_t ldo, int nt) {
-  switch (ot) {
-    case kF32: dense_impl(w, N, K, x, B, bias, static_cast<float*>(out), ldo, nt); break;
-    case kF16: dense_impl(w, N, K, x, B, bias, static_cast<f16*>(out), ldo, nt); break;
-    case kBF16: dense_impl(w, N, K, x, B, bias, static_cast<bf16*>(out), ldo, nt); break;
-  }
+  with_type(ot, [&](auto tag) {
+    using OT = decltype(tag);
+    dense_impl(w, N, K, x, B, bias, static_cast<OT*>(out), ldo, nt);
+  });
 }
 
 template <typename T>
@@ -518,77 +517,43 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
 void row(WType wt, const void* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
          int64_t n, const float* bias, bool relu, float* out, int64_t ldo, bool scatter,
          int threads) {
-  switch (wt) {
-    case kF32:
-      row_impl(static_cast<const float*>(w), K, x, B, idx, n, bias, relu, out, ldo, scatter,
-               threads);
-      break;
-    case kF16:
-      row_impl(static_cast<const f16*>(w), K, x, B, idx, n, bias, relu, out, ldo, scatter,
-               threads);
-      break;
-    case kBF16:
-      row_impl(static_cast<const bf16*>(w), K, x, B, idx, n, bias, relu, out, ldo, scatter,
-               threads);
-      break;
-  }
+  with_type(wt, [&](auto tag) {
+    using T = decltype(tag);
+    row_impl(static_cast<const T*>(w), K, x, B, idx, n, bias, relu, out, ldo, scatter, threads);
+  });
 }
 
 void axpy(WType wt, const void* w_t, int64_t D, const float* coeff, int64_t ldc, int64_t B,
           const int64_t* idx, int64_t n, float* out, int threads) {
-  switch (wt) {
-    case kF32:
-      axpy_impl(static_cast<const float*>(w_t), D, coeff, ldc, B, idx, n, out, threads);
-      break;
-    case kF16:
-      axpy_impl(static_cast<const f16*>(w_t), D, coeff, ldc, B, idx, n, out, threads);
-      break;
-    case kBF16:
-      axpy_impl(static_cast<const bf16*>(w_t), D, coeff, ldc, B, idx, n, out, threads);
-      break;
-  }
+  with_type(wt, [&](auto tag) {
+    using T = decltype(tag);
+    axpy_impl(static_cast<const T*>(w_t), D, coeff, ldc, B, idx, n, out, threads);
+  });
 }
 
 void gated_hidden(WType wt, const void* w_gate, const void* w_up, int64_t K, const float* x,
                   int64_t B, const int64_t* idx, int64_t n, GatedKind kind, float* h,
                   int threads) {
-  switch (wt) {
-    case kF32:
-      gated_impl(static_cast<const float*>(w_gate), static_cast<const float*>(w_up), K, x, B,
-                 idx, n, kind, h, threads);
-      break;
-    case kF16:
-      gated_impl(static_cast<const f16*>(w_gate), static_cast<const f16*>(w_up), K, x, B, idx,
-                 n, kind, h, threads);
-      break;
-    case kBF16:
-      gated_impl(static_cast<const bf16*>(w_gate), static_cast<const bf16*>(w_up), K, x, B,
-                 idx, n, kind, h, threads);
-      break;
-  }
+  with_type(wt, [&](auto tag) {
+    using T = decltype(tag);
+    gated_impl(static_cast<const T*>(w_gate), static_cast<const T*>(w_up), K, x, B, idx, n,
+               kind, h, threads);
+  });
 }
 
 void dense(WType wt, const void* w, int64_t N, int64_t K, const float* x, int64_t B,
            const float* bias, WType ot, void* out, int64_t ldo, int threads) {
-  switch (wt) {
-    case kF32:
-      dense_out(static_cast<const float*>(w), N, K, x, B, bias, ot, out, ldo, threads);
-      break;
-    case kF16:
-      dense_out(static_cast<const f16*>(w), N, K, x, B, bias, ot, out, ldo, threads);
-      break;
-    case kBF16:
-      dense_out(static_cast<const bf16*>(w), N, K, x, B, bias, ot, out, ldo, threads);
-      break;
-  }
+  with_type(wt, [&](auto tag) {
+    using T = decltype(tag);
+    dense_out(static_cast<const T*>(w), N, K, x, B, bias, ot, out, ldo, threads);
+  });
 }
 
 void to_float(WType t, const void* src, int64_t n, float* dst) {
-  switch (t) {
-    case kF32: std::memcpy(dst, src, sizeof(float) * n); break;
-    case kF16: to_float_impl(static_cast<const f16*>(src), n, dst); break;
-    case kBF16: to_float_impl(static_cast<const bf16*>(src), n, dst); break;
-  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    to_float_impl(static_cast<const T*>(src), n, dst);
+  });
 }
 
 double read_sum(const float* buf, int64_t n, int threads) {
