@@ -14,6 +14,7 @@ batches always take the torch chain for attention.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,8 +53,12 @@ class DecodeKernels:
 
 def decode_kernels(device: torch.device | str) -> DecodeKernels | None:
     """The fused decode operators for weights on `device`, or None (see the module doc)."""
-    if torch.device(device).type != "cpu":
-        return None
+    return _cpu_kernels() if torch.device(device).type == "cpu" else None
+
+
+@functools.cache
+def _cpu_kernels() -> DecodeKernels | None:
+    """Looked up once per process (a decoder and its dense FFN both ask)."""
     from powerbench.ops import BackendUnavailable, get_backend
 
     try:

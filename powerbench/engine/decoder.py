@@ -5,9 +5,10 @@ It runs the weights of `extract_weights` (OPT or LLaMA family) with a pluggable 
 Every dense projection (attention, output projection, and the dense FFN it builds) goes
 through one `linear` callable chosen once (`powerbench.engine.linear.make_linear`; default
 `auto`: the sparse_cpu matrix-vector kernel for decode-shaped CPU calls with fp16/bf16
-weights, else `F.linear`). At decode (one new token per row, no padding) RMSNorm and the
-attention core after the Q/K/V product run as fused C++ operators where the CPU extension
-is available (`powerbench.engine.decode_kernels`; `fused=False` keeps the torch chain).
+weights, else `F.linear`). Where the CPU extension is available, RMSNorm, a gated dense
+FFN's activation and, at decode (one new token per row, no padding), the attention core
+after the Q/K/V product run as fused C++ operators (`powerbench.engine.decode_kernels`;
+`fused=False` keeps the torch chain).
 
 Batches: rows may have unequal prompt lengths if they are LEFT-padded and an
 `attention_mask` [B, T] (1 = real token) is passed; positions then count real tokens

@@ -190,7 +190,7 @@ def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Pa
             engines[name] = decoder_rate(Decoder(w, linear=F.linear), ids,
                                          cfg.bench.new_tokens)
             meta[name] = ("ours-dense-torch", precision, None)
-        if task.unfused_baseline:  # the torch chain for RMSNorm and attention (no fused ops)
+        if task.unfused_baseline:  # the torch chains (no fused decode operators)
             name = f"ours dense unfused {precision}"
             engines[name] = decoder_rate(Decoder(w, fused=False), ids, cfg.bench.new_tokens)
             meta[name] = ("ours-dense-unfused", precision, None)

@@ -169,8 +169,8 @@ class BenchThresholdTask:
     llamacpp: bool = True  # time llama.cpp too (when it is installed)
     # also time our dense decoder with every projection in F.linear (engine ours-dense-torch)
     torch_linear_baseline: bool = False
-    # also time our dense decoder without the fused decode operators (RMSNorm, attention:
-    # powerbench.engine.decode_kernels), engine ours-dense-unfused
+    # also time our dense decoder without the fused decode operators (RMSNorm, attention,
+    # gated activation: powerbench.engine.decode_kernels), engine ours-dense-unfused
     unfused_baseline: bool = False
     out: str | None = None  # CSV (None: results/smollm2_sparsity.csv)
 
