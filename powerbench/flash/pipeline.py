@@ -36,6 +36,10 @@ from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
 
 
+def _int64_numpy(ids: Tensor) -> np.ndarray:
+    return ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
+
+
 @dataclass
 class PipelineTimes:
     compute_s: float = 0.0  # sparse kernels
@@ -342,24 +346,20 @@ class LayerPipeline:
         (`prefetch`)."""
         cn, t = self.g.cluster_neurons, self.times
         t0 = time.perf_counter()
-        ids_np = ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
+        ids_np = _int64_numpy(ids)
         if self.planner is not None:
             return self._run_planned(layer, x, ids_np, cache_misses, count, ahead, t0)
         if cn == 1 and (ids_np.size < 2 or np.diff(ids_np).min() > 0):
             units, inv = ids_np, None  # sorted distinct ids are their own clusters
         else:
             units, inv = np.unique(ids_np // cn, return_inverse=True)
-        if self._ahead_layer >= 0 and self._ahead_layer != layer:
-            self._collect_ahead()  # read for another layer (a call was skipped): land it
-            self._ahead_layer = -1
+        self._land_stale_ahead(layer)
         slots, n_miss = self.cache.lookup_slots(layer, units, count=count)
         t.calls += 1
         if n_miss == 0:
             rows = slots if inv is None else slots[inv] * cn + ids_np % cn
             t.plan_s += time.perf_counter() - t0
-            self._ahead_step(ahead, layer, units)
-            y = self._compute(x, rows, layer)
-            return y if y is not None else self._zeros(x, layer)
+            return self._all_resident(layer, x, rows, ahead, units)
         hit = slots >= 0
         miss_pos = np.flatnonzero(~hit)
         miss = units[miss_pos]  # ascending
@@ -391,9 +391,7 @@ class LayerPipeline:
         """`run` with the compiled planner (same policy, same reads, same kernels)."""
         t, p = self.times, self.planner
         assert p is not None
-        if self._ahead_layer >= 0 and self._ahead_layer != layer:
-            self._collect_ahead()
-            self._ahead_layer = -1
+        self._land_stale_ahead(layer)
         if not ids_np.flags.c_contiguous:
             ids_np = np.ascontiguousarray(ids_np)
         try:
@@ -406,9 +404,7 @@ class LayerPipeline:
         if n_miss == 0:
             rows = p.rows[:n]
             t.plan_s += time.perf_counter() - t0
-            self._ahead_step(ahead, layer, units)
-            y = self._compute(x, rows, layer)
-            return y if y is not None else self._zeros(x, layer)
+            return self._all_resident(layer, x, rows, ahead, units)
         miss, new = p.miss_units[:n_miss], p.miss_slots[:n_miss]
         t1 = time.perf_counter()
         pending = self._read_submit(layer, miss, new, b1_set=True)
@@ -453,6 +449,19 @@ class LayerPipeline:
         self.times.io_active_s += max(0.0, end - max(start, self._io_until))
         self._io_until = max(self._io_until, end)
 
+    def _all_resident(self, layer: int, x: Tensor, rows: np.ndarray,
+                      ahead: Callable[[], Tensor | None] | None, units: np.ndarray) -> Tensor:
+        """A call with no reads: the lookahead step, then every row at once."""
+        self._ahead_step(ahead, layer, units)
+        y = self._compute(x, rows, layer)
+        return y if y is not None else self._zeros(x, layer)
+
+    def _land_stale_ahead(self, layer: int) -> None:
+        """A lookahead batch read for another layer (a call was skipped): land it."""
+        if self._ahead_layer >= 0 and self._ahead_layer != layer:
+            self._collect_ahead()
+            self._ahead_layer = -1
+
     def _ahead_step(self, ahead: Callable[[], Tensor | None] | None, layer: int,
                     units: np.ndarray) -> None:
         """This layer's lookahead reads land (before any of its rows are computed), then
@@ -466,7 +475,7 @@ class LayerPipeline:
         if ids is None:
             return
         t0 = time.perf_counter()
-        ids_np = ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
+        ids_np = _int64_numpy(ids)
         self.prefetch(layer + 1, ids_np)
         self.times.submit_s += time.perf_counter() - t0
 

@@ -26,7 +26,7 @@ import platform
 
 import numpy as np
 
-from powerbench.flash.aio import finish_short_read
+from powerbench.flash.aio import _syscall, finish_short_read
 
 # io_uring_setup, io_uring_enter; x86-64 only: its stores are not reordered, so the SQEs
 # are visible before the tail that publishes them without explicit barriers
@@ -63,17 +63,6 @@ class _Params(ctypes.Structure):
                 ("sq_thread_idle", ctypes.c_uint32), ("features", ctypes.c_uint32),
                 ("wq_fd", ctypes.c_uint32), ("resv", ctypes.c_uint32 * 3),
                 ("sq_off", _SqOff), ("cq_off", _CqOff)]
-
-
-_libc: ctypes.CDLL | None = None
-
-
-def _syscall(n: int, *args: object) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc.syscall(ctypes.c_long(n), *args)
 
 
 def available(sqpoll: bool = True) -> bool:
