@@ -30,3 +30,22 @@ def coerce_enums(obj: object) -> None:
         value = getattr(obj, name)
         if value is not None and not isinstance(value, enum):
             object.__setattr__(obj, name, enum(value))
+
+
+class ConfigRangeError(ValueError):
+    """A setting outside its valid range (the message names the setting and the range)."""
+
+
+def check_range(setting: str, value: float | None, low: float | None = None,
+                high: float | None = None, *, low_open: bool = False) -> None:
+    """Raise ConfigRangeError unless `low <= value <= high` (`low < value` with `low_open`);
+    None bounds are unbounded and a None value is allowed. Call it from `__post_init__`,
+    so a bad value fails when the config is composed, before any work."""
+    if value is None:
+        return
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and value > high
+    if below or above:
+        lo = "" if low is None else f"{low} {'<' if low_open else '<='} "
+        hi = "" if high is None else f" <= {high}"
+        raise ConfigRangeError(f"{setting}={value} is out of range; valid: {lo}{setting}{hi}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema import MISSING
+from powerbench.schema import MISSING, ConfigRangeError, check_range
 
 
 @dataclass
@@ -17,6 +17,13 @@ class ProfilingConfig:
     samples_per_layer: int = 4096  # (hidden, mask) pairs kept per layer for predictors
     trace_tokens: int = 256  # per-token masks kept (synthetic profiles draw this many)
     batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        check_range("profiling.seq_len", self.seq_len, 2)
+        check_range("profiling.max_tokens", self.max_tokens, self.seq_len)
+        check_range("profiling.samples_per_layer", self.samples_per_layer, 1)
+        check_range("profiling.trace_tokens", self.trace_tokens, 1)
+        check_range("profiling.batch_size", self.batch_size, 1)
 
 
 @dataclass
@@ -31,6 +38,14 @@ class BenchConfig:
     threads: int = 1  # 0: torch's default (all cores); tiny models decode fastest on one
     greedy: bool = True
 
+    def __post_init__(self) -> None:
+        check_range("bench.prompt_tokens", self.prompt_tokens, 1)
+        check_range("bench.new_tokens", self.new_tokens, 1)
+        check_range("bench.batch_size", self.batch_size, 1)
+        check_range("bench.warmup", self.warmup, 0)
+        check_range("bench.repeats", self.repeats, 1)
+        check_range("bench.threads", self.threads, 0)
+
 
 @dataclass
 class EvalConfig:
@@ -38,6 +53,11 @@ class EvalConfig:
     seq_len: int = 128
     mc_task: str | None = "continuation"  # offline task; piqa/winogrande/arc_easy need the hub
     mc_items: int = 200
+
+    def __post_init__(self) -> None:
+        check_range("eval.seq_len", self.seq_len, 2)
+        check_range("eval.max_tokens", self.max_tokens, self.seq_len)  # at least one window
+        check_range("eval.mc_items", self.mc_items, 0)
 
 
 @dataclass
@@ -58,3 +78,21 @@ class PowerbenchConfig:
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        self._check_positions()
+
+    def _check_positions(self) -> None:
+        """A measured decode must fit the model's positions (prompt + generated tokens)."""
+        if self.engine is None or not hasattr(self.model, "name"):
+            return
+        limit = next((getattr(part, "max_positions", None)
+                      for part in (getattr(self.model, "tiny", None),
+                                   getattr(self.model, "spec", None)) if part is not None), None)
+        total = self.bench.prompt_tokens + self.bench.new_tokens
+        if limit is not None and total > limit:
+            raise ConfigRangeError(
+                f"bench.prompt_tokens + bench.new_tokens = {self.bench.prompt_tokens} + "
+                f"{self.bench.new_tokens} = {total} is out of range for model "
+                f"{self.model.name} (max_positions {limit}); valid: bench.prompt_tokens + "
+                f"bench.new_tokens <= {limit}")

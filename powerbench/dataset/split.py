@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from powerbench.cache import stable_hash
+from powerbench.dataset.errors import DatasetError
 
 
 def heldout_score(text: str, seed: int = 0) -> float:
@@ -98,8 +99,15 @@ def make_split(name: str, source: str, texts: Iterable[str], *, heldout_fraction
                meta: dict | None = None) -> TextSplit:
     docs, stats = collect_docs(texts, max_docs=max_docs, min_chars=min_chars)
     if not docs:
-        raise ValueError(f"dataset {name!r} ({source}) has no documents")
+        raise DatasetError(f"dataset {name!r} ({source}) has no usable documents "
+                           f"({stats['docs_read']} read)")
     train, heldout = split_texts(docs, heldout_fraction, split_seed)
+    if not train or (heldout_fraction > 0 and not heldout):
+        raise DatasetError(
+            f"dataset {name!r} ({source}): {len(docs)} usable document(s) of "
+            f"{stats['docs_read']} read ({stats['docs_short']} too short, "
+            f"{stats['docs_duplicate']} duplicates): too few for a train and a held-out part; "
+            "the file needs at least 2 distinct non-empty documents")
     return TextSplit(name=name, source=source, train=train, heldout=heldout,
                      heldout_fraction=heldout_fraction, split_seed=split_seed,
                      meta={**(meta or {}), **stats, "docs": len(docs)})

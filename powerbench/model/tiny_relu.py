@@ -32,7 +32,7 @@ import torch
 import transformers
 from transformers import OPTConfig, OPTForCausalLM, PreTrainedTokenizerFast
 
-from powerbench.cache import ArtifactCache, stable_hash
+from powerbench.cache import ArtifactCache, file_lock, stable_hash
 from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.sharegpt import file_fingerprint, load_sharegpt, sharegpt_file
 from powerbench.dataset.split import TextSplit
@@ -264,13 +264,17 @@ def ensure_tiny_relu(tiny: TinyTrainConfig, cache_dir: str | os.PathLike | None 
     directory = model_dir(key, cache_dir)
     if is_valid(directory):
         return directory, True
-    if directory.exists():
-        log.warning("tiny_relu checkpoint %s is incomplete or corrupt (checksum mismatch); "
-                    "retraining", directory)
-        _discard(directory)
-    log.info("tiny_relu %s not cached; training it (about two minutes on two cores)", key)
-    model, tokenizer, report = train_tiny_relu(tiny, key=key, progress=progress)
-    _publish(model, tokenizer, report, directory)
+    # concurrent first runs: one trains, the others wait on this lock and find it built
+    with file_lock(directory.with_name(f".{directory.name}.lock")):
+        if is_valid(directory):
+            return directory, True
+        if directory.exists():
+            log.warning("tiny_relu checkpoint %s is incomplete or corrupt (checksum mismatch); "
+                        "retraining", directory)
+            _discard(directory)
+        log.info("tiny_relu %s not cached; training it (about two minutes on two cores)", key)
+        model, tokenizer, report = train_tiny_relu(tiny, key=key, progress=progress)
+        _publish(model, tokenizer, report, directory)
     return directory, False
 
 

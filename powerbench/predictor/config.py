@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from powerbench.model.spec import WeightDType
-from powerbench.schema import coerce_enums
+from powerbench.schema import check_range, coerce_enums
 
 
 class PredictorArch(StrEnum):
@@ -71,6 +71,7 @@ class FixedConfig:
 
     def __post_init__(self) -> None:
         coerce_enums(self)
+        check_range("predictor.target_recall", self.target_recall, 0.0, 1.0, low_open=True)
 
 
 @dataclass
@@ -117,6 +118,7 @@ class AdaptiveConfig:
 
     def __post_init__(self) -> None:
         coerce_enums(self)
+        check_range("predictor.target_recall", self.target_recall, 0.0, 1.0, low_open=True)
 
 
 @dataclass

@@ -14,10 +14,6 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{cache_dir() / 'mlflow.db'}"
 
 
-def default_artifact_root() -> str:
-    return (cache_dir() / "mlartifacts").as_uri()
-
-
 def resolve_uri(uri: str | None) -> str:
     return uri or default_tracking_uri()
 
@@ -27,8 +23,9 @@ def ui_command(uri: str) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri}"
     parts = ["mlflow", "ui", "--backend-store-uri", uri]
-    if uri == default_tracking_uri():
-        parts += ["--default-artifact-root", default_artifact_root()]
+    root = artifact_root(uri)
+    if root is not None:
+        parts += ["--default-artifact-root", root]
     venv_mlflow = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "mlflow"
     if venv_mlflow.exists():
         parts[0] = str(venv_mlflow.relative_to(Path.cwd())) if venv_mlflow.is_relative_to(
@@ -45,8 +42,20 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def artifact_root(uri: str) -> str | None:
+    """Where a SQLite store's artifacts go: `mlartifacts/` beside its database file (the
+    default store's is <cache>/mlartifacts); None for servers (they choose)."""
+    path = sqlite_path(uri)
+    return (path.parent / "mlartifacts").as_uri() if path is not None else None
+
+
 def check_writable(uri: str) -> None:
-    """Fail at once, naming the path, when a local store cannot be created or written."""
+    """Fail at once, naming the path, when a local store cannot be created, written or
+    opened: a real write (a temp file beside the database) and a real SQLite open, so a
+    read-only or pseudo filesystem fails in milliseconds, not after SQLAlchemy's retries."""
+    import sqlite3
+    import tempfile
+
     path = sqlite_path(uri)
     if path is None and uri.startswith(("file:", "/")):
         path = Path(uri.removeprefix("file://")) / "meta.yaml"
@@ -58,10 +67,24 @@ def check_writable(uri: str) -> None:
     except OSError as err:
         raise TrackingStoreError(f"tracking store {uri}: cannot create {folder}: "
                                  f"{err.strerror or err}") from err
-    target = path if path.exists() else folder
-    if not os.access(target, os.W_OK):
-        raise TrackingStoreError(f"tracking store {uri}: {target} is not writable "
-                                 "(set tracking.uri to a writable path, or tracking=disabled)")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".powerbench-write-check."):
+            pass
+    except OSError as err:
+        raise TrackingStoreError(f"tracking store {uri}: {folder} is not writable "
+                                 f"({err.strerror or err}); set tracking.uri to a writable "
+                                 "path, or tracking=disabled") from err
+    if sqlite_path(uri) is None:
+        return
+    try:
+        with sqlite3.connect(path, timeout=5) as db:
+            db.execute("BEGIN IMMEDIATE")  # takes the write lock: the file is writable
+            db.rollback()
+        db.close()
+    except sqlite3.Error as err:
+        raise TrackingStoreError(f"tracking store {uri}: cannot open {path} as a SQLite "
+                                 f"database for writing ({err}); set tracking.uri to another "
+                                 "file, or tracking=disabled") from err
 
 
 def is_remote(uri: str) -> bool:

@@ -22,8 +22,8 @@ from powerbench.tracking.config import TrackingConfig
 from powerbench.tracking.provenance import machine_tags
 from powerbench.tracking.queue import QUEUE_TAG, RunRecord, sync_queue
 from powerbench.tracking.store import (
+    artifact_root,
     check_writable,
-    default_artifact_root,
     is_remote,
     resolve_uri,
     server_reachable,
@@ -35,6 +35,7 @@ MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 MAX_PARAM_VALUE = 6000  # MLflow 3 param value length limit
 PARENT_RUN_ENV = "POWERBENCH_PARENT_RUN_ID"
 PARENT_QUEUE_ENV = "POWERBENCH_PARENT_QUEUE_ID"  # a sweep whose parent run is queued
+FAILURE_TAG = "failure"  # why a FAILED run failed: "<ErrorType>: <message>"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -55,13 +56,26 @@ def chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
+# MLflow 3's dashboard opens an experiment on the page its kind names; without this tag it
+# infers GenAI development and opens on an empty "Overview" of traces instead of the runs.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
 def ensure_experiment(client: Any, name: str, uri: str) -> str:
+    """The id of experiment `name`, created as a model-training experiment (so the
+    dashboard opens on its runs) with its artifacts beside a SQLite store's database."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    artifact_root = default_artifact_root() if uri.startswith("sqlite:") else None
-    return client.create_experiment(name, artifact_location=artifact_root and
-                                    f"{artifact_root}/{name}")
+    if experiment is None:
+        root = artifact_root(uri)
+        experiment_id = client.create_experiment(
+            name, artifact_location=root and f"{root}/{name}",
+            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        return experiment_id
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by older code
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                  EXPERIMENT_KIND)
+    return experiment.experiment_id
 
 
 class JobKilled(BaseException):
@@ -133,6 +147,9 @@ class Tracker:
         except (JobKilled, KeyboardInterrupt):  # Ctrl-C, or SIGTERM from a scheduler
             status = "KILLED"
             raise
+        except Exception as err:  # the reason a run FAILED is on the run, not only in a log
+            self.set_tags({FAILURE_TAG: f"{type(err).__name__}: {err}"[:MAX_PARAM_VALUE]})
+            raise
         finally:
             self.record.status = status
             if not self.offline:
@@ -156,8 +173,10 @@ class Tracker:
             call()
         except Exception as err:  # noqa: BLE001 - any server failure: keep the result locally
             self.offline = True
-            log.warning("tracking server %s failed (%s): the rest of this run is queued in "
-                        "%s; `powerbench sync` uploads it", self.uri, err, self.record.path)
+            what = "tracking server" if is_remote(self.uri) else "local tracking store"
+            log.warning("%s %s failed (%s): the rest of this run is queued in %s; `powerbench "
+                        "sync` uploads it once the store works again", what, self.uri, err,
+                        self.record.path)
 
     def _sync_queue(self) -> None:
         try:

@@ -71,5 +71,5 @@ def test_make_split_records_counts():
                                              split_seed=0).fingerprint()
     assert split.fingerprint() != make_split("demo", "test", DOCS[:99], heldout_fraction=0.1,
                                              split_seed=0).fingerprint()
-    with pytest.raises(ValueError, match="no documents"):
+    with pytest.raises(ValueError, match="no usable documents"):
         make_split("empty", "test", ["", " "], heldout_fraction=0.1, split_seed=0)
