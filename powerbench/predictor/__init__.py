@@ -21,7 +21,6 @@ _LAZY = {
     "build_predictors": "powerbench.predictor.build",
     "predictor_cache_key": "powerbench.predictor.build",
     "predictor_report": "powerbench.predictor.build",
-    "prepare_predictors": "powerbench.predictor.build",
     "strategy_metrics": "powerbench.predictor.strategies",
 }
 
@@ -46,7 +45,6 @@ __all__ = [
     "overall_metrics",
     "predictor_cache_key",
     "predictor_report",
-    "prepare_predictors",
     "strategy_metrics",
     "write_stats_csv",
 ]

@@ -18,8 +18,8 @@ from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, group_config
 from powerbench.engine import build_prompt_batch
 from powerbench.engine.bench_decode import build_engines, format_table, run_decode_bench
+from powerbench.evaluation.predictor_stage import prepare_predictors
 from powerbench.paths import results_dir
-from powerbench.predictor import prepare_predictors
 from powerbench.tasks.config import BenchDecodeTask
 from powerbench.tasks.inputs import model_inputs
 

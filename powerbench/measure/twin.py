@@ -39,7 +39,8 @@ import torch
 
 from powerbench.engine.config import EngineConfig
 from powerbench.hardware.hardware_profile import HardwareProfile
-from powerbench.simulator.calibration import time_average
+from powerbench.measure.calibration import time_average
+from powerbench.measure.op_counts import count_ops
 from powerbench.simulator.config import (
     ComputeMode,
     OpCounts,
@@ -47,7 +48,6 @@ from powerbench.simulator.config import (
     PrefillMode,
     SimulatorConfig,
 )
-from powerbench.simulator.op_counts import count_ops
 from powerbench.threads import torch_threads
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
