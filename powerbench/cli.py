@@ -15,6 +15,7 @@
     powerbench sync                             upload runs queued while the server was down
     powerbench mlflow-server                    a shared MLflow server on PostgreSQL
     powerbench ui [URI]                         the command that opens MLflow's dashboard
+    powerbench docs                             regenerate docs/configuration.md, metrics.md
 
 `--force` (= `rerun=true`) runs jobs that finished before; without it a re-run of a sweep
 skips them. `--quick` is `task.quick=true` and `--list` is `task.list=true`.
@@ -39,13 +40,30 @@ from omegaconf import DictConfig
 
 from powerbench.config import CONF_DIR, register_configs
 from powerbench.config.help import HELP_FLAGS, app_help
+from powerbench.paths import check_cache_writable
 
 log = logging.getLogger("powerbench")
 
-TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "bench-flash",
-         "bench-threshold", "hybrid-local", "figure", "reproduce", "sync", "mlflow-server", "ui")
+# every task after `powerbench` (task=run, the pipeline, is the default): its one-line help
+TASKS = {
+    "tour": "the whole idea in one table (make run)",
+    "validate": "measured vs simulated on hardware=local",
+    "bench-decode": "decode tokens/s, dense vs sparse, side by side",
+    "bench-operators": "sparse operators vs torch dense",
+    "bench-solver": "placement solvers at paper scale",
+    "bench-flash": "flash-offloaded FFN vs in DRAM (PowerInfer-2)",
+    "bench-threshold": "CATS threshold sparsity on SmolLM2 vs llama.cpp",
+    "hybrid-local": "engine=hybrid measured on a GPU + its twin",
+    "figure": "figures redrawn from MLflow runs",
+    "reproduce": "paper figures: sweep, figure, reproduction.md (--list, --quick)",
+    "sync": "upload runs queued while the tracking server was down",
+    "mlflow-server": "a shared MLflow server on PostgreSQL",
+    "ui": "the command that opens MLflow's dashboard, and the link to the runs",
+    "docs": "regenerate docs/configuration.md and docs/metrics.md",
+}
 # bare words after these tasks fill one option: `powerbench figure fig10 fig12`
 POSITIONAL = {"figure": "task.figures", "reproduce": "task.targets", "ui": "tracking.uri"}
+ARGUMENT = {"figure": "[NAME...]", "reproduce": "NAME...|all", "ui": "[URI]"}  # in usage
 LIST_OPTIONS = {"task.figures", "task.targets"}  # every bare word, as a list
 # flag sugar -> override: `powerbench reproduce --quick fig12`
 SUGAR = {"--force": "rerun=true", "--quick": "task.quick=true", "--list": "task.list=true"}
@@ -75,6 +93,17 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
         value = f"[{','.join(words)}]" if key in LIST_OPTIONS else words[0]
         others.append(f"{key}={value}")
     return [f"task={name.replace('-', '_')}", *others]
+
+
+def tasks_help() -> str:
+    """The tasks section of `--help`: every task, its argument and what it does."""
+    rows = [("powerbench [overrides...]", "the experiment pipeline (task=run, the default)")]
+    for name, text in TASKS.items():
+        argument = f" {ARGUMENT[name]}" if name in ARGUMENT else ""
+        where = f" ({ARGUMENT[name]} sets {POSITIONAL[name]})" if name in POSITIONAL else ""
+        rows.append((f"powerbench {name}{argument} [overrides...]", text + where))
+    width = max(len(usage) for usage, _ in rows)
+    return "\n".join(f"  {usage:<{width}}  {text}" for usage, text in rows)
 
 
 def job_threads(launcher: DictConfig, cores: int) -> int | None:
@@ -109,7 +138,8 @@ def _app(cfg: DictConfig) -> object:
             torch.set_num_threads(threads)
             os.environ["OMP_NUM_THREADS"] = str(threads)
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    config = typed(cfg)  # the one conversion: typed dataclasses from here down
+    config = typed(cfg)  # the one conversion (ranges checked): typed dataclasses from here
+    check_cache_writable(config.cache_dir)  # a real write, before any task does work
     return build(config.task, config, out_dir)
 
 
@@ -119,17 +149,40 @@ def _killed(signum: int, frame: object) -> None:
     raise JobKilled(f"signal {signum}")
 
 
+# exit status of an interrupted invocation: 128 + the signal, as a shell reports it
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
+EXIT_SIGINT = 128 + signal.SIGINT  # 130
+
+
+def _run_app() -> None:
+    """The Hydra app; Ctrl-C or SIGTERM ends a running sweep's parent run KILLED (its
+    running child already ends KILLED) and exits 130 / 143."""
+    from powerbench.tracking.callbacks import end_interrupted_sweep
+    from powerbench.tracking.tracker import JobKilled
+
+    try:
+        _app()
+    except JobKilled:
+        end_interrupted_sweep("KILLED")
+        log.error("terminated (SIGTERM): the run and its sweep are marked KILLED")
+        raise SystemExit(EXIT_SIGTERM) from None
+    except KeyboardInterrupt:
+        end_interrupted_sweep("KILLED")
+        log.error("interrupted (Ctrl-C): the run and its sweep are marked KILLED")
+        raise SystemExit(EXIT_SIGINT) from None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _killed)  # a scheduler's kill: the run ends KILLED
     args = task_overrides(sys.argv[1:] if argv is None else argv)
     if any(a in HELP_FLAGS for a in args):  # one composition, not Hydra's (see config.help)
-        print(app_help([a for a in args if not a.startswith("-")]))
+        print(app_help([a for a in args if not a.startswith("-")], tasks_help()))
         raise SystemExit(0)
     sys.argv = [sys.argv[0] if sys.argv else "powerbench", *args]
     register_configs()
-    _app()
+    _run_app()
 
 
 if __name__ == "__main__":

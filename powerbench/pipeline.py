@@ -18,8 +18,10 @@ from typing import Any
 
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, as_yaml
-from powerbench.paths import cache_dir
+from powerbench.paths import check_cache_writable
+from powerbench.progress import format_seconds
 from powerbench.tracking import Tracker
+from powerbench.tracking.naming import job_swept_values, run_name
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,22 @@ class RunContext:
 
 
 def timed(ctx: RunContext, stage: str, fn: Callable[[], Any]) -> Any:
+    """Run one stage, log its duration (`stage_<stage>_s`) and say so when it was slow."""
     start = time.perf_counter()
     value = fn()
-    ctx.record({f"stage_{stage}_s": time.perf_counter() - start})
+    seconds = time.perf_counter() - start
+    ctx.record({f"stage_{stage}_s": seconds})
+    if seconds >= 10:
+        log.info("stage %s done in %s", stage, format_seconds(seconds))
     return value
+
+
+def guarded(ctx: RunContext, loaded, stage: str, fn: Callable[[], Any]) -> Any:
+    """`timed`, with the model's layer outputs checked for NaN/inf (powerbench.model.guard)."""
+    from powerbench.model.guard import finite_guard
+
+    with finite_guard(loaded.model, stage):
+        return timed(ctx, stage, fn)
 
 
 # ---- stages ------------------------------------------------------------------------------
@@ -61,6 +75,10 @@ def stage_model(ctx: RunContext):
     from powerbench.model.loading import LoadedModel
 
     loaded: LoadedModel = build(ctx.cfg.model, cache_dir=ctx.cache)
+    if loaded.model is not None:
+        from powerbench.model.guard import check_finite_weights
+
+        check_finite_weights(loaded.model, "model")
     spec = loaded.spec
     ctx.tracker.set_tags({"model_source": loaded.source, "ffn_kind": spec.ffn_kind.value})
     ctx.record({"model_params": spec.total_params, "model_layers": spec.n_layers,
@@ -154,10 +172,28 @@ def stage_engine(ctx: RunContext, loaded, split, **context):
     from powerbench.engine import run_engine
 
     result = run_engine(ctx.cfg.engine, loaded, split.heldout, ctx.cfg.bench, **context)
+    record_backend(ctx, result.extra.get("backend"))
     ctx.record(result.metrics)
     if getattr(result, "texts", None):
         ctx.tracker.log_text("\n\n---\n\n".join(result.texts), "engine/samples.txt")
     return result
+
+
+def record_backend(ctx: RunContext, actual: str | None) -> None:
+    """Tag the sparse backend that actually ran; when it is not the one configured (e.g.
+    engine=sparse_cuda without a GPU falls back to sparse_cpu) tag the fallback and rename
+    the run after what ran."""
+    if actual is None:
+        return
+    requested = (getattr(ctx.cfg.engine, "ffn", None) or {}).get("backend", actual)
+    ctx.tracker.set_tags({"engine_backend": actual})
+    if actual != requested:
+        ctx.tracker.set_tags({"engine_fallback": f"{requested}->{actual}"})
+        name = ctx.tracker.run_name or ""
+        ctx.tracker.rename(name.replace(ctx.cfg.engine.name, actual) if ctx.cfg.engine.name
+                           in name else f"{name}-{actual}")
+        ctx.note(f"engine: backend {requested} unavailable here; {actual} ran (tagged "
+                 f"engine_fallback={requested}->{actual})")
 
 
 def stage_eval(ctx: RunContext, loaded, split, predictors=None):
@@ -180,13 +216,12 @@ def run_experiment(cfg: PowerbenchConfig, out_dir: Path, tags: dict[str, str] | 
     (`tracker`: one already built from `cfg.tracking`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker = tracker if tracker is not None else build(cfg.tracking)
-    cache = cache_dir(cfg.cache_dir)
-    choices = _choices(cfg)
-    run_name = "-".join(str(v) for v in choices.values() if v is not None)
+    cache = check_cache_writable(cfg.cache_dir)  # a real write, before any stage
+    choices, swept = _choices(cfg)
     ctx = RunContext(cfg=cfg, cache=cache, out_dir=out_dir, tracker=tracker)
     (out_dir / "config.yaml").write_text(as_yaml(cfg))
     run_tags = {**{f"cfg_{k}": str(v) for k, v in choices.items()}, **(tags or {})}
-    with tracker.run(run_name, tags=run_tags):
+    with tracker.run(run_name(choices, swept), tags=run_tags):
         tracker.log_params(as_container(cfg))
         tracker.log_artifact(out_dir / "config.yaml")
         run_stages(ctx)
@@ -202,11 +237,11 @@ def run_stages(ctx: RunContext) -> None:
     cfg = ctx.cfg
     loaded = timed(ctx, "model", lambda: stage_model(ctx))
     split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
-    profile = timed(ctx, "profile", lambda: stage_profile(ctx, loaded, split))
+    profile = guarded(ctx, loaded, "profile", lambda: stage_profile(ctx, loaded, split))
     predictors = None
     if cfg.predictor is not None and loaded.has_weights:
-        predictors = timed(ctx, "predictors",
-                           lambda: stage_predictors(ctx, loaded, profile, split))
+        predictors = guarded(ctx, loaded, "predictors",
+                             lambda: stage_predictors(ctx, loaded, profile, split))
     elif cfg.predictor is not None and cfg.simulator is not None:
         predictors = timed(ctx, "predictors",
                            lambda: stage_sized_predictors(ctx, loaded, profile))
@@ -237,16 +272,19 @@ def run_stages(ctx: RunContext) -> None:
         return
     context = {"predictors": predictors, "placement": placement, "profile": profile}
     timed(ctx, "engine", lambda: stage_engine(ctx, loaded, split, **context))
-    timed(ctx, "eval", lambda: stage_eval(ctx, loaded, split, predictors))
+    guarded(ctx, loaded, "eval", lambda: stage_eval(ctx, loaded, split, predictors))
 
 
-def _choices(cfg: PowerbenchConfig) -> dict[str, str | None]:
-    """The chosen option of each config group, e.g. {"model": "tiny_relu", ...}."""
+def _choices(cfg: PowerbenchConfig) -> tuple[dict[str, str | None], list[str]]:
+    """The chosen option of each config group, e.g. {"model": "tiny_relu", ...}, and the
+    values this job of a sweep takes (e.g. ["new_tokens=8"]; empty outside a sweep)."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
-        choices = HydraConfig.get().runtime.choices
-        return {k: v for k, v in choices.items() if "/" not in k and "@" not in k}
+        hydra = HydraConfig.get()
+        choices = hydra.runtime.choices
+        return ({k: v for k, v in choices.items() if "/" not in k and "@" not in k},
+                job_swept_values(hydra.overrides.task))
     except ValueError:
         return {g: getattr(getattr(cfg, g), "name", None)
-                for g in ("model", "engine", "simulator") if getattr(cfg, g) is not None}
+                for g in ("model", "engine", "simulator") if getattr(cfg, g) is not None}, []

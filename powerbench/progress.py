@@ -48,12 +48,15 @@ class Progress:
     """Counts `done` of `total` steps and reports it with the time left (see module doc).
 
     `total`: None when unknown (no estimate, just the count). `emit`: where report lines
-    go (default: the `powerbench.progress` logger at INFO); `clock`: seconds (tests).
+    go (default: the `powerbench.progress` logger at INFO); `clock`: seconds (tests);
+    `started`: when the work began, on `clock` (default: now; e.g. a sweep resumed by
+    another process passes the sweep's start in `time.time()` with `clock=time.time`).
     """
 
     def __init__(self, label: str, total: int | None, *, first_s: float = 5.0,
                  every_s: float = 10.0, emit: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 started: float | None = None) -> None:
         self.label = label
         self.total = total
         self.done_steps = 0
@@ -61,7 +64,7 @@ class Progress:
         self.every_s = every_s
         self._emit = emit or log.info
         self._clock = clock
-        self.start = clock()
+        self.start = clock() if started is None else started
         self._last: float | None = None  # time of the last report (None: nothing reported)
 
     @classmethod

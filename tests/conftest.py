@@ -15,6 +15,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("POWERBENCH_STRICT_METRICS", "1")  # undeclared metric names fail
 
 TINY_TEST_TRAIN = dict(
     vocab_size=512, tokenizer_chars=300_000, n_layers=2, d_model=64, d_ffn=256, n_heads=2,

@@ -29,8 +29,9 @@ def config_groups(conf_dir: str | Path) -> dict[str, list[str]]:
     return dict(sorted(groups.items()))
 
 
-def app_help(overrides: Sequence[str]) -> str:
-    """The help page of `powerbench <overrides> --help`."""
+def app_help(overrides: Sequence[str], tasks: str = "") -> str:
+    """The help page of `powerbench <overrides> --help` (`tasks`: the entry point's list of
+    tasks, printed under == Tasks ==)."""
     from hydra import compose
     from hydra.errors import HydraException
 
@@ -46,7 +47,18 @@ def app_help(overrides: Sequence[str]) -> str:
     with open_dict(cfg):
         del cfg["hydra"]
     groups = "\n".join(f"{g}: {', '.join(o)}" for g, o in config_groups(CONF_DIR).items())
-    return (f"{text['header']}\n== Configuration groups ==\n"
+    task_doc = _task_doc(cfg.task)
+    tasks_part = f"== Tasks ==\n{tasks}\n\n" if tasks else ""
+    return (f"{text['header']}\n{task_doc}\n{tasks_part}== Configuration groups ==\n"
             "Compose your configuration from those groups (group=option)\n\n"
             f"{groups}\n\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n"
             f"{OmegaConf.to_yaml(cfg)}\n{text['footer']}")
+
+
+def _task_doc(task_node) -> str:
+    """The selected task's description: its schema's docstring."""
+    from powerbench.config.store import task_schema
+
+    schema = task_schema(str(task_node.name))
+    doc = " ".join((schema.__doc__ or "").split()) if schema is not None else ""
+    return f"This task ({task_node.name}): {doc}\n" if doc else ""

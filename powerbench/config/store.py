@@ -48,3 +48,12 @@ def register_configs() -> None:
             for name, node in module.SCHEMAS.items():
                 cs.store(group=f"schema/{group}", name=name, node=node)
     _registered = True
+
+
+def task_schema(name: str) -> type | None:
+    """The typed schema of task `name` (e.g. "bench_decode"), None when there is none."""
+    for module_name in GROUP_MODULES["task"]:
+        schema = importlib.import_module(module_name).SCHEMAS.get(name)
+        if schema is not None:
+            return schema
+    return None

@@ -88,4 +88,6 @@ class DecoderEngine:
         ffn_metrics = getattr(decoder.ffn, "metrics", None)
         if callable(ffn_metrics):
             result.metrics.update(ffn_metrics())
+        if getattr(decoder.ffn, "backend", None):  # the backend that ran (after any fallback)
+            result.extra["backend"] = decoder.ffn.backend
         return result

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from powerbench.tracking.store import resolve_uri
+from powerbench.tracking.queue import queued
+from powerbench.tracking.store import is_remote, resolve_uri, server_reachable
 
 # (solver, engine mode) -> the system it reproduces (experiment option experiment/system)
 SYSTEMS: dict[tuple[str, str], str] = {
@@ -26,15 +27,45 @@ class FigureOutput:
 
 def search_runs(experiment: str, tracking_uri: str | None = None,
                 filter_string: str = "") -> pd.DataFrame:
-    """Finished runs of `experiment` (empty frame if the experiment does not exist)."""
+    """Finished runs of `experiment` (empty frame if the experiment does not exist).
+
+    A tracking server that does not answer one probe (no MLflow retries) is not waited
+    for: the runs queued on disk for it (powerbench.tracking.queue: every run computed
+    while it was down, e.g. the sweep `reproduce` has just run) are read instead; their
+    `filter_string` is not applied (callers filter the frame).
+    """
     import mlflow
 
-    mlflow.set_tracking_uri(resolve_uri(tracking_uri))
+    uri = resolve_uri(tracking_uri)
+    if is_remote(uri) and not server_reachable(uri):
+        return queued_runs(experiment, uri)
+    mlflow.set_tracking_uri(uri)
     status = "attributes.status = 'FINISHED'"
     query = f"{status} and {filter_string}" if filter_string else status
     runs = mlflow.search_runs(experiment_names=[experiment], filter_string=query,
                               output_format="pandas")
     return runs if isinstance(runs, pd.DataFrame) else pd.DataFrame()
+
+
+def queued_runs(experiment: str, uri: str) -> pd.DataFrame:
+    """The FINISHED runs of `experiment` queued on disk for the store `uri`, as a frame
+    shaped like `mlflow.search_runs`'s (run_id, status, start_time, params.*, metrics.*
+    (last value), tags.*)."""
+    rows = []
+    for record in queued(uri):
+        if record.experiment != experiment or record.status != "FINISHED":
+            continue
+        row: dict[str, object] = {
+            "run_id": record.server_run_id or record.queue_id, "status": record.status,
+            "experiment_id": None,
+            "start_time": pd.Timestamp(record.created_ms, unit="ms", tz="UTC")}
+        row.update({f"params.{k}": v for k, v in record.params.items()})
+        for key, value, _ms, _step in record.metrics:  # in logging order: the last one wins
+            row[f"metrics.{key}"] = value
+        row.update({f"tags.{k}": v for k, v in record.tags.items()})
+        row["tags.mlflow.runName"] = record.run_name
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def column(runs: pd.DataFrame, name: str, default: object = None) -> pd.Series:

@@ -231,7 +231,9 @@ class MlflowServerTask:
 
 @dataclass
 class UiTask:
-    """Print the command that opens MLflow's dashboard on the tracking store."""
+    """`powerbench ui [URI]`: print the command that opens MLflow's dashboard on the tracking
+    store URI (the argument sets tracking.uri; default: the embedded SQLite store) and the
+    direct link to the experiment's runs."""
 
     _target_: str = "powerbench.tasks.ui.ui"
     name: str = "ui"

@@ -1,15 +1,31 @@
-"""`powerbench ui`: the command that opens MLflow's dashboard on the configured store."""
+"""`powerbench ui [URI]`: the command that opens MLflow's dashboard on the tracking store,
+and the direct link to the experiment's runs."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from powerbench.build import build
 from powerbench.config import PowerbenchConfig
 from powerbench.tasks.config import UiTask
 from powerbench.tracking import resolve_uri, ui_command
+from powerbench.tracking.store import runs_link
+
+log = logging.getLogger(__name__)
 
 
 def ui(task: UiTask, cfg: PowerbenchConfig, out_dir: Path) -> str:
-    command = ui_command(resolve_uri(cfg.tracking.uri))
+    uri = resolve_uri(cfg.tracking.uri)
+    command = ui_command(uri)
+    tracker = build(cfg.tracking)
+    experiment_id = None
+    try:
+        if tracker.reachable():
+            experiment_id = tracker.experiment_id()
+    except Exception as err:  # noqa: BLE001 - the command is still worth printing
+        log.warning("could not look up experiment %r in %s: %s", tracker.experiment, uri, err)
+    link = runs_link(uri, experiment_id)
     print(command)
+    print(f"then open the runs of experiment '{tracker.experiment}': {link}")
     return command

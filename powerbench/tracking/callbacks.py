@@ -2,22 +2,52 @@
 
 The parent is created before the first job (queued on disk if the server is down; its
 children then point at it by queue id) and ends with tags saying how many children
-finished, were skipped (finished in an earlier run of the same sweep) or failed.
+finished, were skipped (finished in an earlier run of the same sweep) or failed. A sweep
+interrupted by Ctrl-C or SIGTERM ends its parent KILLED (`end_interrupted_sweep`, called
+by powerbench.cli). Each job start logs the sweep's progress with the time left.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from powerbench.progress import Progress
+from powerbench.tracking.naming import publish_swept_keys, swept_keys
 from powerbench.tracking.queue import QUEUE_TAG, RunRecord
 from powerbench.tracking.tracker import PARENT_QUEUE_ENV, PARENT_RUN_ENV, Tracker
 
 log = logging.getLogger(__name__)
+
+SWEEP_JOBS_ENV = "POWERBENCH_SWEEP_JOBS"  # jobs in this sweep (for the progress line)
+SWEEP_START_ENV = "POWERBENCH_SWEEP_START"  # its start, time.time()
+_active: MlflowSweepCallback | None = None  # the sweep running in this process
+
+
+def sweep_size(overrides: list[str], sweeper_params: dict[str, str] | None) -> int | None:
+    """Jobs of a grid sweep (the product of each swept key's values); None if unknown."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [*overrides, *(f"{k}={v}" for k, v in (sweeper_params or {}).items())]
+    total = 1
+    try:
+        for override in OverridesParser.create().parse_overrides(lines):
+            if override.is_sweep_override():
+                total *= len(list(override.sweep_string_iterator()))
+    except Exception:  # noqa: BLE001 - an interval or custom sweep: no count
+        return None
+    return total
+
+
+def end_interrupted_sweep(status: str = "KILLED") -> None:
+    """End this process's sweep parent run with `status` (Ctrl-C / SIGTERM mid-sweep)."""
+    if _active is not None:
+        _active.finish(status, {"sweep_status": f"interrupted ({status})"})
 
 
 def _tracker(config: DictConfig) -> Tracker:
@@ -36,9 +66,18 @@ class MlflowSweepCallback(Callback):
         self.record: RunRecord | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _active
+        overrides = list(config.hydra.overrides.task)
+        params = dict(config.hydra.sweeper.get("params") or {})
+        publish_swept_keys(swept_keys(overrides, params))  # run names carry swept values
+        total = sweep_size(overrides, params)
+        if total:
+            os.environ[SWEEP_JOBS_ENV] = str(total)
+        os.environ[SWEEP_START_ENV] = str(time.time())
         tracker = _tracker(config)
         if not tracker.enabled:
             return
+        _active = self
         from powerbench.tracking.provenance import machine_tags
 
         overrides = " ".join(config.hydra.overrides.task)
@@ -59,21 +98,47 @@ class MlflowSweepCallback(Callback):
             log.warning("tracking server %s unreachable: the sweep's runs are queued in %s; "
                         "`powerbench sync` uploads them", tracker.uri, self.record.path.parent)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """In a sweep: `sweep: k/N (..%), elapsed, ~left` before each job."""
+        from hydra.core.hydra_config import HydraConfig
+
         from powerbench.tracking.jobs import sweep_counts
 
+        total = os.environ.get(SWEEP_JOBS_ENV)
+        start = os.environ.get(SWEEP_START_ENV)
+        try:
+            sweep_dir = HydraConfig.get().sweep.dir
+        except ValueError:
+            return
+        if not (total and start and sweep_dir):
+            return
+        progress = Progress("sweep", int(total), first_s=0, every_s=0, clock=time.time,
+                            started=float(start))
+        progress.update(sweep_counts(sweep_dir)["total"])
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _active
+        from powerbench.tracking.jobs import sweep_counts
+
+        _active = None
         counts = sweep_counts(config.hydra.sweep.dir)
         if counts["skipped"]:
             print(f"skipped {counts['skipped']} of {counts['total']} finished jobs "
                   "(rerun=true or --force runs them again)")
-        os.environ.pop(PARENT_RUN_ENV, None)
-        os.environ.pop(PARENT_QUEUE_ENV, None)
+        for env in (PARENT_RUN_ENV, PARENT_QUEUE_ENV, SWEEP_JOBS_ENV, SWEEP_START_ENV):
+            os.environ.pop(env, None)
         if self.tracker is None or self.record is None:
             return
         done = counts["finished"] + counts["skipped"]
         status = "FINISHED" if done == counts["total"] else "FAILED"
         tags = {f"children_{k}": str(v) for k, v in counts.items()}
         tags["sweep_status"] = f"{done} of {counts['total']} children finished"
+        self.finish(status, tags)
+
+    def finish(self, status: str, tags: dict[str, str]) -> None:
+        """End the parent run with `status` and `tags` (queued when the server is down)."""
+        if self.tracker is None or self.record is None:
+            return
         self.record.tags.update(tags)
         self.record.status = status
         run_id = self.record.server_run_id

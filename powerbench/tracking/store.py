@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
@@ -31,6 +30,16 @@ def ui_command(uri: str) -> str:
         parts[0] = str(venv_mlflow.relative_to(Path.cwd())) if venv_mlflow.is_relative_to(
             Path.cwd()) else str(venv_mlflow)
     return shlex.join(parts)
+
+
+UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
+def runs_link(uri: str, experiment_id: str | None) -> str:
+    """The dashboard page listing the runs of an experiment (the server's own address for
+    a tracking server; `mlflow ui`'s default address for a local store)."""
+    base = uri.rstrip("/") if is_remote(uri) else UI_URL
+    return f"{base}/#/experiments/{experiment_id}/runs" if experiment_id else f"{base}/#/"
 
 
 class TrackingStoreError(RuntimeError):

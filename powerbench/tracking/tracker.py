@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from powerbench.tracking.config import TrackingConfig
+from powerbench.tracking.metrics import UnknownMetricError, unknown_metrics
+from powerbench.tracking.metrics import strict as strict_metrics
 from powerbench.tracking.provenance import machine_tags
 from powerbench.tracking.queue import QUEUE_TAG, RunRecord, sync_queue
 from powerbench.tracking.store import (
@@ -76,6 +78,22 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
         client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
                                   EXPERIMENT_KIND)
     return experiment.experiment_id
+
+
+_warned: set[str] = set()
+
+
+def check_metric_names(metrics: Mapping[str, Any]) -> None:
+    """Every name must be in the metric registry (docs/metrics.md is generated from it)."""
+    unknown = [n for n in unknown_metrics(list(metrics)) if n not in _warned]
+    if not unknown:
+        return
+    message = (f"metric(s) {unknown} are not declared in powerbench/tracking/metrics.py; add "
+               "them there (and run `powerbench docs`)")
+    if strict_metrics():
+        raise UnknownMetricError(message)
+    _warned.update(unknown)
+    log.warning(message)
 
 
 class JobKilled(BaseException):
@@ -204,6 +222,10 @@ class Tracker:
         self._online(send)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Log metrics declared in powerbench.tracking.metrics (an unknown name: a warning,
+        UnknownMetricError with $POWERBENCH_STRICT_METRICS=1); non-finite values are
+        skipped (MLflow cannot hold them; a NaN that matters fails the run instead)."""
+        check_metric_names(metrics)
         if not (self.enabled and self.record):
             return
         import time
@@ -220,6 +242,17 @@ class Tracker:
                 self.client.log_batch(self.run_id, metrics=batch)
 
         self._online(send)
+
+    @property
+    def run_name(self) -> str | None:
+        return self.record.run_name if self.record else None
+
+    def rename(self, run_name: str) -> None:
+        """Rename the current run (e.g. after what actually ran)."""
+        if not (self.enabled and self.record):
+            return
+        self.record.run_name = run_name
+        self._online(lambda: self.client.set_tag(self.run_id, "mlflow.runName", run_name))
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if not (self.enabled and self.record):
