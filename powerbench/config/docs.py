@@ -19,6 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from powerbench.config.help import config_groups
 from powerbench.config.schema import PowerbenchConfig
 from powerbench.config.store import GROUP_MODULES
 
@@ -104,14 +105,33 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
     return out
 
 
+def option_summary(path: Path) -> str:
+    """The first sentence of a yaml's leading comment block (`# @package` lines skipped)."""
+    block: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# @package"):
+            continue
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
+            if block:
+                break
+            continue
+        block.append(text)
+    # the project's docs cite only what the project contains: no reference-notes sections
+    summary = re.sub(r",?\s*design (section|§)\s*\d+", "", " ".join(block))
+    end = summary.find(". ")
+    return summary[:end + 1] if end >= 0 else summary
+
+
 def group_options(conf_dir: Path, group: str) -> list[tuple[str, str]]:
-    """(option, first comment line of its yaml) for conf/<group>/*.yaml."""
-    options = []
-    for path in sorted((conf_dir / group).glob("*.yaml")):
-        first = next((line.lstrip("#").strip() for line in path.read_text().splitlines()
-                      if line.startswith("#") and not line.startswith("# @package")), "")
-        options.append((path.stem, first))
-    return options
+    """(option, summary of its yaml) for conf/<group>/*.yaml."""
+    return [(path.stem, option_summary(path))
+            for path in sorted((conf_dir / group).glob("*.yaml"))]
+
+
+def _options(conf: Path, group: str) -> list[str]:
+    return [f"- `{group}={name}`" + (f": {text}" if text else "")
+            for name, text in group_options(conf, group)]
 
 
 def _schema_doc(cls: type) -> str:
@@ -130,10 +150,8 @@ def render_markdown(conf_dir: str | Path) -> str:
              "out-of-range values fail when the configuration is composed.", "",
              "## Top level", "", *_table(field_rows(PowerbenchConfig)), ""]
     for group, module_names in GROUP_MODULES.items():
-        lines += [f"## `{group}`", "", "Options (`conf/" + group + "/`):", ""]
-        lines += [f"- `{group}={name}`" + (f": {text}" if text else "")
-                  for name, text in group_options(conf, group)]
-        lines.append("")
+        lines += [f"## `{group}`", "", "Options (`conf/" + group + "/`):", "",
+                  *_options(conf, group), ""]
         for module_name in module_names:
             for schema_name, cls in importlib.import_module(module_name).SCHEMAS.items():
                 lines += [f"### `{group}` schema `{schema_name}` ({cls.__name__})", ""]
@@ -141,4 +159,8 @@ def render_markdown(conf_dir: str | Path) -> str:
                 if doc:
                     lines += [doc, ""]
                 lines += [*_table(field_rows(cls)), ""]
+    for group in config_groups(conf):  # groups of presets (no schema of their own)
+        if group not in GROUP_MODULES:
+            lines += [f"## `{group}`", "", "Presets that set options of the groups above "
+                      f"(`conf/{group}/`):", "", *_options(conf, group), ""]
     return "\n".join(lines)

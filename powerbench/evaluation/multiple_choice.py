@@ -21,6 +21,7 @@ from enum import StrEnum
 import torch
 
 from powerbench.evaluation.perplexity import LogitsFn
+from powerbench.progress import Progress
 
 
 class LengthNorm(StrEnum):
@@ -88,7 +89,7 @@ def continuation_loglik(logits_fn: LogitsFn, choices: Sequence[MCChoice], batch_
     seqs = [_sequence(c, max_len) for c in choices]
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths together
     out = [0.0] * len(seqs)
-    for start in range(0, len(order), batch_size):
+    for start in Progress.iter(range(0, len(order), batch_size), "multiple-choice batches"):
         idx = order[start:start + batch_size]
         width = max(len(seqs[i]) for i in idx)
         # right padding: a causal model's logits before the padding are unaffected

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from powerbench.progress import Progress
+
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # [batch, seq] ids -> [batch, seq, vocab]
 
 
@@ -38,7 +40,7 @@ def token_windows(tokenizer, texts: Sequence[str], seq_len: int, max_tokens: int
 @torch.inference_mode()
 def perplexity(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 8) -> PerplexityResult:
     total_nll, total_tokens = 0.0, 0
-    for start in range(0, windows.shape[0], batch_size):
+    for start in Progress.iter(range(0, windows.shape[0], batch_size), "perplexity batches"):
         batch = windows[start:start + batch_size]
         logits = logits_fn(batch).float()
         nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from powerbench.model.config import TinyTrainConfig
+from powerbench.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,10 @@ class OptimizeResult:
     time_s: float
 
 
+def _silent(line: str) -> None:
+    """A Progress sink that drops its reports (progress=False)."""
+
+
 def optimize(model: torch.nn.Module, stream: torch.Tensor, cfg: TinyTrainConfig,
              progress: bool = True) -> OptimizeResult:
     """Train `model` (a transformers causal LM) in place on `stream` for `cfg.steps` steps."""
@@ -133,9 +137,8 @@ def optimize(model: torch.nn.Module, stream: torch.Tensor, cfg: TinyTrainConfig,
     batches = _batches(chunks, cfg.batch_size, cfg.seed)
     losses: list[float] = []
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc="training tiny_relu", unit="step", disable=not progress,
-               mininterval=1.0)
-    for step in bar:
+    bar = Progress("training tiny_relu", cfg.steps, emit=None if progress else _silent)
+    for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = next(batches)
@@ -146,9 +149,10 @@ def optimize(model: torch.nn.Module, stream: torch.Tensor, cfg: TinyTrainConfig,
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         losses.append(loss.item())
-        if step % 10 == 0 or step == cfg.steps - 1:
-            rate = (step + 1) * batch.numel() / (time.perf_counter() - start)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{rate:.0f}", refresh=False)
+        rate = (step + 1) * batch.numel() / (time.perf_counter() - start)
+        bar.label = f"training tiny_relu (loss {losses[-1]:.3f}, {rate:.0f} tok/s)"
+        bar.step()
+    bar.done()
     model.eval()
     tail = losses[-max(len(losses) // 10, 1):]
     return OptimizeResult(final_loss=sum(tail) / len(tail),

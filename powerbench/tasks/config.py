@@ -239,9 +239,19 @@ class UiTask:
     name: str = "ui"
 
 
+@dataclass
+class DocsTask:
+    """Regenerate the generated docs pages: docs/configuration.md (from the typed schemas)
+    and docs/metrics.md (from the metric registry, powerbench.tracking.metrics)."""
+
+    _target_: str = "powerbench.tasks.docs.docs"
+    name: str = "docs"
+    out_dir: str | None = None  # None: docs/ of the source checkout
+
+
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
-           "ui": UiTask}
+           "ui": UiTask, "docs": DocsTask}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
 from powerbench.paths import results_dir
+from powerbench.progress import Progress
 from powerbench.reproduce import TARGETS, Target
 from powerbench.reproduce.report import collect, write_report
 from powerbench.reproduce.run import Outcome, RunOptions, run_target
@@ -64,8 +65,10 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
                       quick=task.quick, rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
+    progress = Progress("reproduce targets", len(targets), first_s=0, every_s=0)
     for target in targets:
         outcome = run_target(target, opts)
+        progress.step()
         outcomes[target.name] = outcome
         if outcome.ok:
             print(f"{target.name}: {outcome.seconds:.0f} s -> {outcome.output.csv}, "
