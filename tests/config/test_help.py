@@ -29,3 +29,22 @@ def test_help_shows_the_composed_overrides(capsys):
 def test_help_with_an_unknown_option_names_the_valid_ones():
     with pytest.raises(SystemExit, match="(?s)Could not find 'model/nope'.*tiny_relu"):
         main(["--help", "model=nope"])
+
+
+def test_help_lists_every_task(capsys):
+    from powerbench.cli import TASKS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "== Tasks ==" in out
+    for task in TASKS:
+        assert f"powerbench {task} " in out, task
+
+
+def test_ui_help_mentions_its_argument(capsys):
+    with pytest.raises(SystemExit):
+        main(["ui", "--help"])
+    out = capsys.readouterr().out
+    assert "powerbench ui [URI]" in out and "sets tracking.uri" in out
+    assert "This task (ui): `powerbench ui [URI]`" in out

@@ -1,0 +1,59 @@
+"""Every range is checked when the configuration is composed (issue 28): a bad length,
+batch, position or recall fails in the first second, naming the setting and the valid
+range, before any model is trained, data read or profile measured."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from powerbench.config import load_config
+from powerbench.schema import ConfigRangeError
+
+CASES = [
+    (["bench.prompt_tokens=300"], r"bench\.prompt_tokens \+ bench\.new_tokens = 300 \+ 64 = "
+     r"364 is out of range for model tiny_relu \(max_positions 256\); valid: "
+     r"bench\.prompt_tokens \+ bench\.new_tokens <= 256"),
+    (["bench.new_tokens=100000"], r"bench\.new_tokens = 64 \+ 100000 = 100064 .*<= 256"),
+    (["eval.max_tokens=-5"], r"eval\.max_tokens=-5 is out of range; valid: 128 <= "
+     r"eval\.max_tokens"),
+    (["bench.batch_size=0"], r"bench\.batch_size=0 is out of range; valid: 1 <= "
+     r"bench\.batch_size"),
+    (["bench.new_tokens=0"], r"bench\.new_tokens=0 is out of range; valid: 1 <="),
+    (["bench.prompt_tokens=-1"], r"bench\.prompt_tokens=-1 is out of range"),
+    (["bench.repeats=0"], r"bench\.repeats=0 is out of range"),
+    (["profiling.max_tokens=10"], r"profiling\.max_tokens=10 is out of range; valid: 128 <="),
+    (["profiling.batch_size=0"], r"profiling\.batch_size=0 is out of range"),
+    (["eval.mc_items=-1"], r"eval\.mc_items=-1 is out of range"),
+    (["predictor=fixed", "predictor.target_recall=1.5"],
+     r"predictor\.target_recall=1\.5 is out of range; valid: 0\.0 < predictor\.target_recall "
+     r"<= 1\.0"),
+    (["predictor=adaptive", "predictor.target_recall=0"], r"predictor\.target_recall=0"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CASES,
+                         ids=[" ".join(o) for o, _ in CASES])
+def test_out_of_range_setting_fails_at_composition_naming_setting_and_range(overrides,
+                                                                            message):
+    start = time.perf_counter()
+    with pytest.raises(ConfigRangeError, match=message):
+        load_config(overrides)
+    assert time.perf_counter() - start < 5
+
+
+def test_positions_are_not_checked_without_a_measured_engine():
+    cfg = load_config(["model=opt_13b", "~engine", "bench.new_tokens=100000"])
+    assert cfg.bench.new_tokens == 100000  # a simulated long decode is a valid question
+
+
+def test_bad_range_through_the_cli_fails_before_any_stage(run_cli, capsys, monkeypatch):
+    import powerbench.pipeline as pipeline
+
+    started = []
+    monkeypatch.setattr(pipeline, "run_stages", lambda ctx: started.append(ctx))
+    with pytest.raises(SystemExit):
+        run_cli(["eval.max_tokens=-5"])
+    assert not started
+    assert "eval.max_tokens=-5 is out of range" in capsys.readouterr().err
