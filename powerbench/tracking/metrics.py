@@ -152,6 +152,8 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         _m("best_prefill_tokens_per_s", "tok/s", "fastest repeat's prefill speed"),
         _m("end_to_end_tokens_per_s", "tok/s", "generated tokens / (prefill + decode)"),
         _m("sparse_computed_fraction", "share", "sparse FFN: neurons computed per call"),
+        _m("oracle_replayed_share", "share", "oracle predictor: active sets replayed from the "
+           "profile instead of computed"),
         _m("hybrid_gpu_neuron_load_share", "share", "hybrid engine: neurons computed on GPU"),
         _m("hybrid_gpu_neurons_per_call", "count", "hybrid engine: GPU neurons per call"),
         _m("hybrid_cpu_neurons_per_call", "count", "hybrid engine: CPU neurons per call"),

@@ -22,7 +22,7 @@ def test_round_trip(tmp_path):
     with tracker.run("roundtrip", tags={"hardware": "pc_high"}):
         tracker.log_params(params)
         tracker.log_metrics({"decode_tokens_per_s": 12.5, "perplexity": 31.0,
-                             "nan_is_dropped": float("nan")})
+                             "prefill_ms": float("nan")})
         tracker.log_text("hello", "notes/hello.txt")
     run = mlflow.tracking.MlflowClient(uri).get_run(tracker.run_id)
     assert run.info.status == "FINISHED"
