@@ -73,3 +73,20 @@ def test_hydra_option_instantiates_the_loader(tmp_path):
     split = load_texts(cfg.dataset)
     assert split.name == "local" and len(split.train) + len(split.heldout) == 40
     assert split.source == f"local:{path}" and split.heldout
+
+
+def test_broken_local_json_dataset_error_names_the_file(tmp_path, caplog):
+    from powerbench.dataset.errors import DatasetError
+
+    path = tmp_path / "prompts.json"
+    path.write_text('[{"text": "the only complete record"}, {"text": "cut of')
+    with pytest.raises(DatasetError, match=f"local:{path}.*1 usable document"):
+        load_texts(_local(path))
+    assert str(path) in caplog.text  # the reader's warning names it too
+
+
+def test_a_file_with_no_usable_documents_names_the_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text('{"text": ""}\n{"text": "   "}\n')
+    with pytest.raises(ValueError, match=f"local:{path}.*no usable documents"):
+        load_texts(_local(path))
