@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def search_runs(experiment: str, tracking_uri: str | None = None,
     import mlflow
 
     uri = resolve_uri(tracking_uri)
-    if is_remote(uri) and not server_reachable(uri):
+    if is_remote(uri) and not _server_up(uri):
         return queued_runs(experiment, uri)
     mlflow.set_tracking_uri(uri)
     status = "attributes.status = 'FINISHED'"
@@ -45,6 +46,18 @@ def search_runs(experiment: str, tracking_uri: str | None = None,
     runs = mlflow.search_runs(experiment_names=[experiment], filter_string=query,
                               output_format="pandas")
     return runs if isinstance(runs, pd.DataFrame) else pd.DataFrame()
+
+
+_PROBES: dict[str, tuple[float, bool]] = {}  # uri -> (when, up): one probe per minute
+
+
+def _server_up(uri: str, ttl_s: float = 60.0) -> bool:
+    """`server_reachable`, remembered for `ttl_s` (a report draws many figures at once)."""
+    now = time.monotonic()
+    seen = _PROBES.get(uri)
+    if seen is None or now - seen[0] > ttl_s:
+        seen = _PROBES[uri] = (now, server_reachable(uri))
+    return seen[1]
 
 
 def queued_runs(experiment: str, uri: str) -> pd.DataFrame:

@@ -35,11 +35,18 @@ def ui_command(uri: str) -> str:
 UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 
 
+# MLflow 3's dashboard shows "GenAI" pages (traces) unless told the workflow is model
+# training: by this URL parameter (its own switch, kept in the browser, defaults to GenAI)
+ML_WORKFLOW = "workflowType=machine_learning"
+
+
 def runs_link(uri: str, experiment_id: str | None) -> str:
-    """The dashboard page listing the runs of an experiment (the server's own address for
-    a tracking server; `mlflow ui`'s default address for a local store)."""
+    """The dashboard page listing the runs of an experiment, in MLflow's model-training
+    view (the server's own address for a tracking server; `mlflow ui`'s default address
+    for a local store)."""
     base = uri.rstrip("/") if is_remote(uri) else UI_URL
-    return f"{base}/#/experiments/{experiment_id}/runs" if experiment_id else f"{base}/#/"
+    page = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
+    return f"{base}/#/{page}?{ML_WORKFLOW}"
 
 
 class TrackingStoreError(RuntimeError):

@@ -74,9 +74,11 @@ def test_ui_prints_the_direct_link_to_the_runs(run_cli, capsys):
     out = capsys.readouterr().out
     experiment_id = mlflow.tracking.MlflowClient(run_cli.store).get_experiment_by_name(
         "linked").experiment_id
-    assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs" in out
+    assert (f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+            "?workflowType=machine_learning") in out
     assert "mlflow ui --backend-store-uri" in out
 
 
 def test_runs_link_of_a_server_is_on_that_server():
-    assert runs_link("http://host:5000/", "7") == "http://host:5000/#/experiments/7/runs"
+    assert runs_link("http://host:5000/", "7") == \
+        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning"
