@@ -10,7 +10,6 @@ from powerbench.pipeline import RunContext, run_experiment
 from powerbench.tasks.config import RunTask
 from powerbench.tracking import ui_command
 from powerbench.tracking.jobs import JOB_TAG, JobLedger, sweep_marker
-from powerbench.tracking.store import runs_link
 
 
 def results_table(metrics: dict[str, float], notes: list[str]) -> str:
@@ -51,5 +50,5 @@ def run(task: RunTask, cfg: PowerbenchConfig, out_dir: Path) -> RunContext | Non
     elif ctx.tracker.enabled:
         print(f"MLflow run {ctx.tracker.run_id} in experiment '{ctx.tracker.experiment}'.")
         print(f"Open the dashboard with:\n  {ui_command(ctx.tracker.uri)}\nthen its runs: "
-              f"{runs_link(ctx.tracker.uri, ctx.tracker.experiment_id())}")
+              f"{ctx.tracker.runs_link()}")
     return ctx

@@ -10,7 +10,6 @@ from powerbench.build import build
 from powerbench.config import PowerbenchConfig
 from powerbench.tasks.config import UiTask
 from powerbench.tracking import resolve_uri, ui_command
-from powerbench.tracking.store import runs_link
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +18,12 @@ def ui(task: UiTask, cfg: PowerbenchConfig, out_dir: Path) -> str:
     uri = resolve_uri(cfg.tracking.uri)
     command = ui_command(uri)
     tracker = build(cfg.tracking)
-    experiment_id = None
     try:
-        if tracker.reachable():
-            experiment_id = tracker.experiment_id()
+        tracker.offline = not tracker.reachable()
     except Exception as err:  # noqa: BLE001 - the command is still worth printing
-        log.warning("could not look up experiment %r in %s: %s", tracker.experiment, uri, err)
-    link = runs_link(uri, experiment_id)
+        log.warning("tracking store %s cannot be read: %s", uri, err)
+        tracker.offline = True
+    link = tracker.runs_link()
     print(command)
     print(f"then open the runs of experiment '{tracker.experiment}': {link}")
     return command

@@ -28,6 +28,7 @@ from powerbench.tracking.store import (
     check_writable,
     is_remote,
     resolve_uri,
+    runs_link,
     server_reachable,
 )
 
@@ -127,6 +128,15 @@ class Tracker:
 
     def experiment_id(self) -> str:
         return ensure_experiment(self.client, self.experiment, self.uri)
+
+    def runs_link(self) -> str:
+        """The dashboard link to this experiment's runs (without the id when the store
+        cannot be asked now: never fails)."""
+        try:
+            experiment_id = None if self.offline else self.experiment_id()
+        except Exception:  # noqa: BLE001 - a link is not worth a failed job
+            experiment_id = None
+        return runs_link(self.uri, experiment_id)
 
     def reachable(self) -> bool:
         """The store can take runs now (local stores: writable, else TrackingStoreError)."""

@@ -64,4 +64,6 @@ def test_parent_child(tmp_path, monkeypatch):
 
 
 def test_ui_command_names_the_store():
-    assert ui_command("sqlite:////tmp/x.db").split()[-1] == "sqlite:////tmp/x.db"
+    parts = ui_command("sqlite:////tmp/x.db").split()
+    assert parts[parts.index("--backend-store-uri") + 1] == "sqlite:////tmp/x.db"
+    assert parts[parts.index("--default-artifact-root") + 1] == "file:///tmp/mlartifacts"
