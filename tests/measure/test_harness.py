@@ -112,6 +112,7 @@ def test_run_benchmark_publishes_and_skips_a_finished_job(tmp_path, monkeypatch,
     study = tmp_path / "results" / "decode"
     assert (study / "probe.csv").exists() and (study / "probe.md").exists()
     assert "[probe](probe.md)" in (study / "README.md").read_text()
+    assert "[decode](decode/README.md)" in (tmp_path / "results" / "README.md").read_text()
     assert "/run/" not in (study / "probe.md").read_text()  # no machine paths
 
     assert run_benchmark(cfg, tmp_path / "run2", measure) == []
