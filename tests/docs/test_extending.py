@@ -2,8 +2,8 @@
 
 Every file block of the page (a fenced block whose preceding line ends with `path`:) is
 written into a temporary directory exactly as printed: `conf/...` into a conf tree added
-to Hydra's search path, `mylab-project/...` into a project put on `sys.path`, with the
-entry points of its `pyproject.toml` installed as `pip install -e` would declare them.
+to Hydra's search path, `mylab-project/...` into a project that pip installs (offline,
+into a temporary directory put on `sys.path`: its modules, yaml and entry points).
 Every `powerbench` line of the page's shell blocks is then run through the CLI (the
 shape-only simulations) or composed (the measured runs, whose engine then runs on the
 small random OPT of tests/engine/conftest.py instead of a trained tiny_relu).
@@ -16,8 +16,8 @@ import importlib
 import json
 import re
 import shlex
+import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,32 +53,23 @@ def commands(section: int) -> list[list[str]]:
             for line in block.splitlines() if line.startswith("powerbench ")]
 
 
-def entry_points_txt(pyproject: str) -> str:
-    """The dist-info `entry_points.txt` that installing this pyproject writes."""
-    groups = tomllib.loads(pyproject)["project"]["entry-points"]
-    return "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
-                   for group, eps in groups.items())
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    """The page's files written out; mylab installed (on sys.path, its entry points
-    declared); the config store re-reads entry points. Undone after the module."""
+    """The page's files written out and mylab installed; the config store re-reads the
+    entry points. Undone after the module."""
     from powerbench.config import store
 
     root = tmp_path_factory.mktemp("extending")
     for path, text in page_files().items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    pyproject = (root / PROJECT / "pyproject.toml").read_text()
-    meta = tomllib.loads(pyproject)["project"]
-    dist_info = root / PROJECT / f"{meta['name']}-{meta['version']}.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\n"
-                                        f"Version: {meta['version']}\n")
-    (dist_info / "entry_points.txt").write_text(entry_points_txt(pyproject))
+    site = root / "site"  # `pip install mylab-project`, kept out of the test environment
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                          "--no-build-isolation", "--no-index", "--target", str(site),
+                          str(root / PROJECT)], capture_output=True, text=True)
+    assert pip.returncode == 0, f"pip install {PROJECT} failed:\n{pip.stderr}"
     with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(root / PROJECT))
+        mp.syspath_prepend(str(site))
         mp.setattr(store, "_registered", False)
         importlib.invalidate_caches()
         yield root
