@@ -251,8 +251,12 @@ def _cell(value: Any) -> str:
 
 def command_line(argv: Sequence[str] | None = None) -> str:
     """The `powerbench ...` command that made this run (no machine paths)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return "powerbench " + " ".join(shlex.quote(a) for a in args if not _is_path_like(a))
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not _is_path_like(a)]
+    tasks = [a for a in args if a.startswith("task=")]  # the CLI's `<task>` form, as typed
+    if tasks:
+        args.remove(tasks[0])
+        args.insert(0, tasks[0].split("=", 1)[1].replace("_", "-"))
+    return "powerbench " + " ".join(shlex.quote(a) for a in args)
 
 
 def _is_path_like(arg: str) -> bool:

@@ -86,6 +86,8 @@ def test_load_window_records_time_and_load():
 def test_command_line_drops_machine_paths():
     line = command_line(["bench-decode", "task.rounds=3", "hydra.run.dir=/tmp/x/y"])
     assert line == "powerbench bench-decode task.rounds=3"
+    assert command_line(["task=bench_solver", "task.publish=true"]) == (
+        "powerbench bench-solver task.publish=true")
 
 
 @dataclass
