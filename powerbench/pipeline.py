@@ -185,7 +185,7 @@ def record_backend(ctx: RunContext, actual: str | None) -> None:
     the run after what ran."""
     if actual is None:
         return
-    requested = (getattr(ctx.cfg.engine, "ffn", None) or {}).get("backend", actual)
+    requested = getattr(getattr(ctx.cfg.engine, "ffn", None), "backend", actual)
     ctx.tracker.set_tags({"engine_backend": actual})
     if actual != requested:
         ctx.tracker.set_tags({"engine_fallback": f"{requested}->{actual}"})

@@ -210,6 +210,10 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         _m("time_us/{row}", "µs", "bench-operators: operator time"),
         _m("achieved_gbps/{row}", "GB/s", "bench-operators: achieved bandwidth"),
         _m("bandwidth_gbps", "GB/s", "bench-operators: measured memory bandwidth"),
+        _m("{row}.{column}", "mixed", "a benchmark report through the measurement harness "
+           "(powerbench.measure.harness: bench-decode, bench-threshold, bench-solver, ...): "
+           "one metric per report row (its key columns joined by '.') and numeric column, "
+           "as in the report's table"),
     ),
 }
 
