@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from powerbench.progress import Progress
-from powerbench.tracking.naming import publish_swept_keys, swept_keys
+from powerbench.tracking.naming import SWEPT_ENV, publish_swept_keys, swept_keys
 from powerbench.tracking.queue import QUEUE_TAG, RunRecord
 from powerbench.tracking.tracker import PARENT_QUEUE_ENV, PARENT_RUN_ENV, Tracker
 
@@ -125,7 +125,8 @@ class MlflowSweepCallback(Callback):
         if counts["skipped"]:
             print(f"skipped {counts['skipped']} of {counts['total']} finished jobs "
                   "(rerun=true or --force runs them again)")
-        for env in (PARENT_RUN_ENV, PARENT_QUEUE_ENV, SWEEP_JOBS_ENV, SWEEP_START_ENV):
+        for env in (PARENT_RUN_ENV, PARENT_QUEUE_ENV, SWEEP_JOBS_ENV, SWEEP_START_ENV,
+                    SWEPT_ENV):
             os.environ.pop(env, None)
         if self.tracker is None or self.record is None:
             return
