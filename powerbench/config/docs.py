@@ -25,7 +25,15 @@ from powerbench.config.store import GROUP_MODULES
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """Field -> the comment on its line, or on the comment lines just above it."""
+    """Field -> the comment on its line, or on the comment lines just above it (a field
+    inherited from a base schema keeps the base's comment unless redeclared with one)."""
+    comments: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        comments.update(_own_comments(klass))
+    return comments
+
+
+def _own_comments(cls: type) -> dict[str, str]:
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
