@@ -58,3 +58,4 @@ class PowerbenchConfig:
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    reproduce: Any = None  # conf/experiment: how `powerbench reproduce` runs it (read there)

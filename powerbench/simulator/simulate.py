@@ -193,7 +193,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
                                                                                   shape)
-    prefill_s = float(pre.total.sum())
+    engine_s = (cfg.engine_step_us or 0.0) * 1e-6  # the serving engine's per-pass cost
+    prefill_s = float(pre.total.sum()) + engine_s
 
     # decode: N - 1 steps of B rows
     n_steps = new - 1
@@ -215,7 +216,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))
-        step_s = dec.total
+        step_s = dec.total + engine_s
         decode_s = float(step_s.sum())
         frames.append(breakdown_frame("decode", dec))
         if cfg.breakdown_per_layer:
@@ -239,6 +240,11 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
             split = dec.layer["sync"] > 0
             metrics["sim_ffn_cpu_bound_share"] = float(dec.cpu_bound[split].mean())
     metrics["sim_end_to_end_tokens_per_s"] = new * batch / (prefill_s + decode_s)
+    if sparse:  # the predictors' critical-path time over the whole run (PowerInfer Fig. 17)
+        passes = [pre] + ([dec] if n_steps > 0 else [])
+        predictor_s = sum(float(c.layer[k].sum()) for c in passes for k in c.layer
+                          if k.startswith("predictor@"))
+        metrics["sim_predictor_time_share"] = predictor_s / (prefill_s + decode_s)
     return SimResult(metrics=metrics, breakdown=pd.concat(frames, ignore_index=True),
                      steps=steps, notes=notes,
                      layers=pd.concat(layer_frames, ignore_index=True) if layer_frames

@@ -1,9 +1,12 @@
 """`powerbench reproduce fig10 [fig12 ...] | all | --list | --quick NAME`: paper targets.
 
-Each named target runs (its sweep or command in a child powerbench, powerbench.reproduce.run)
-and its figure is written to <out_dir>/<name>.csv/.png as soon as its runs exist; then
-<out_dir>/reproduction.md is regenerated from every target whose runs exist. A failing
-target does not stop the others; the task exits non-zero at the end naming it.
+Each named target runs (its sweep or command in a child powerbench,
+powerbench.reproduce.target_runner) and its figure is written to <out_dir>/<name>.csv/.png
+as soon as its runs exist; each gets its own MLflow run with the figure, the CSV and the
+published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
+regenerated from every target whose runs exist. `task.fresh_store=true` logs everything to
+a new store in this run's directory (what the committed report is generated from). A
+failing target does not stop the others; the task exits non-zero at the end naming it.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from pathlib import Path
 from powerbench.config import PowerbenchConfig
 from powerbench.paths import results_dir
 from powerbench.reproduce import TARGETS, Target
-from powerbench.reproduce.report import collect, write_report
-from powerbench.reproduce.run import Outcome, RunOptions, run_target
+from powerbench.reproduce.report import REPORT, collect, write_report
+from powerbench.reproduce.target_record import record_target
+from powerbench.reproduce.target_runner import Outcome, RunOptions, run_target
 from powerbench.tasks.config import ReproduceTask
 from powerbench.tracking import resolve_uri
 
 ALL = "all"
+REPORT_DIR = "reproduction"
 
 
 def select(names: list[str]) -> list[Target]:
@@ -50,7 +55,13 @@ def listing() -> str:
 
 def command_line(task: ReproduceTask) -> str:
     return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
-                     *task.targets])
+                     *task.targets, *(["task.fresh_store=true"] if task.fresh_store else [])])
+
+
+def machine() -> str:
+    from powerbench.tracking.provenance import machine_tags
+
+    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}"
 
 
 def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
@@ -58,8 +69,10 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
         print(listing())
         return []
     targets = select(task.targets)
-    opts = RunOptions(tracking_uri=resolve_uri(cfg.tracking.uri),
-                      out_dir=Path(task.out_dir) if task.out_dir else results_dir(),
+    uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
+           else resolve_uri(cfg.tracking.uri))
+    opts = RunOptions(tracking_uri=uri,
+                      out_dir=Path(task.out_dir) if task.out_dir else results_dir() / REPORT_DIR,
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
                       quick=task.quick, rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -74,8 +87,10 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
             print(f"{target.name}: FAILED after {outcome.seconds:.0f} s: {outcome.error}",
                   flush=True)
     results = collect(TARGETS.values(), outcomes, opts.tracking_uri, opts.out_dir)
-    report = write_report(opts.out_dir / "reproduction.md", results, command_line(task),
-                          opts.tracking_uri)
+    for result in results:
+        if result.ran is not None:
+            record_target(result, opts.tracking_uri)
+    report = write_report(opts.out_dir / REPORT, results, command_line(task), machine())
     print(f"\n{report}")
     for result in results:
         for c in result.comparisons:

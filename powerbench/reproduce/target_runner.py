@@ -1,5 +1,5 @@
 """Run one reproduction target: its sweep(s) or command in a child `powerbench`, then its
-figure from MLflow.
+figure from MLflow (`run_target`; the child argument lists: `commands`).
 
 A target with an `experiment` runs `python -m powerbench.cli --multirun
 experiment=<experiment> hydra/launcher=parallel ...` once per entry of `target.sweeps`
@@ -28,7 +28,7 @@ LOG_TAIL_LINES = 25
 @dataclass(frozen=True)
 class RunOptions:
     tracking_uri: str  # resolved store the children log to and the figure reads
-    out_dir: Path  # figures and reproduction.md
+    out_dir: Path  # figures, CSVs and the report (README.md)
     work_dir: Path  # the children's sweep/run directories and logs
     cache_dir: str | None = None  # passed to the children (None: their default)
     n_jobs: int = 2  # parallel jobs of a sweep
@@ -106,7 +106,8 @@ def run_target(target: Target, opts: RunOptions) -> Outcome:
                 break
     if failed:
         return Outcome(target.name, time.perf_counter() - start, log=log, quick=opts.quick,
-                       error=f"{failed}; log {log}:\n{_tail(log)}")
+                       error=(f"{failed} (log: {log.name} in the run directory):\n"
+                              f"{_tail(log)}"))
     try:
         output = target.figure(tracking_uri=opts.tracking_uri, out_dir=opts.out_dir)
     except Exception as err:  # noqa: BLE001 - reported with the others, not fatal to them
