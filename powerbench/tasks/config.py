@@ -199,6 +199,7 @@ class ReproduceTask:
     n_jobs: int = 2  # parallel jobs of each sweep (hydra/launcher=parallel)
     out_dir: str | None = None  # figures, CSVs and README.md (None: results/reproduction/)
     fresh_store: bool = False  # log to a new MLflow store in the run directory
+    report_only: bool = False  # run nothing: redraw every figure and the report from the store
 
 
 @dataclass

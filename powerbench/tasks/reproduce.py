@@ -5,7 +5,8 @@ powerbench.reproduce.target_runner) and its figure is written to <out_dir>/<name
 as soon as its runs exist; each gets its own MLflow run with the figure, the CSV and the
 published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
 regenerated from every target whose runs exist. `task.fresh_store=true` logs everything to
-a new store in this run's directory (what the committed report is generated from). A
+a new store in this run's directory (what the committed report is generated from);
+`task.report_only=true` runs nothing and redraws the figures and the report from the store. A
 failing target does not stop the others; the task exits non-zero at the end naming it.
 """
 
@@ -54,8 +55,9 @@ def listing() -> str:
 
 
 def command_line(task: ReproduceTask) -> str:
+    flags = [f"task.{f}=true" for f in ("fresh_store", "report_only") if getattr(task, f)]
     return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
-                     *task.targets, *(["task.fresh_store=true"] if task.fresh_store else [])])
+                     *task.targets, *flags])
 
 
 def machine() -> str:
@@ -68,7 +70,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     if task.list:
         print(listing())
         return []
-    targets = select(task.targets)
+    targets = [] if task.report_only else select(task.targets)
     uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
            else resolve_uri(cfg.tracking.uri))
     opts = RunOptions(tracking_uri=uri,

@@ -226,3 +226,17 @@ def test_quick_target_end_to_end(run_cli, tmp_path, name):
     assert str(tmp_path) not in report
     for published in TARGETS[name].published:
         assert f"| {published.label} | {published.value:g} |" in report
+
+
+def test_report_only_runs_nothing_and_redraws_from_the_store(run_cli, tmp_path, monkeypatch):
+    import powerbench.tasks.reproduce as task
+
+    out = tmp_path / "results"
+    target = Target("good", _stamped_figure("good"), command=("no-such-task",),
+                    command_title="would fail if it ran",
+                    published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),))
+    monkeypatch.setattr(task, "TARGETS", {"good": target})
+    run_cli(["reproduce", "task.report_only=true", f"task.out_dir={out}"])
+    report = check_stamped_text(out / "README.md")
+    assert "`powerbench reproduce task.report_only=true`" in report
+    assert "| good | earlier runs | - | 1 | 1 of 1 |" in report
