@@ -33,8 +33,11 @@ from powerbench.tasks.config import TourTask
 from powerbench.tasks.inputs import model_inputs
 from powerbench.tracking import ui_command
 
-# the systems compared on the paper-scale model: conf/experiment/system options
-SYSTEMS = ("llamacpp", "powerinfer")
+# the systems compared on the paper-scale model (conf/experiment/system options) and how
+# the summary names them and their placement
+SYSTEMS = {"llamacpp": "llama.cpp", "powerinfer": "PowerInfer"}
+PLACEMENTS = {"layer_offload": "layer offload", "ilp": "ILP placement",
+              "greedy": "greedy placement"}
 
 
 @dataclass
@@ -59,7 +62,9 @@ def system_config(key: str, task: TourTask, cfg: PowerbenchConfig) -> Powerbench
 
 
 def describe(sys_cfg: PowerbenchConfig, key: str) -> str:
-    return f"{key} ({sys_cfg.solver.name} placement, {sys_cfg.simulator.mode.value} compute)"
+    """e.g. 'llama.cpp (layer offload, dense)', from the composed system."""
+    placement = PLACEMENTS.get(sys_cfg.solver.name, sys_cfg.solver.name)
+    return f"{SYSTEMS[key]} ({placement}, {sys_cfg.simulator.mode.value})"
 
 
 def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSystem]:
