@@ -122,7 +122,8 @@ def provenance(result: TargetResult) -> str:
     """'SIMULATED by the cost model on <profile>' or 'MEASURED on <this machine's CPU>'."""
     table = result.table
     if result.target.simulated:
-        names = (sorted(str(h) for h in table["hardware"].dropna().unique())
+        names = (sorted({n for h in table["hardware"].dropna().unique()
+                         for n in str(h).split("+")})  # "pc_high+a100": systems on two
                  if table is not None and "hardware" in table.columns else [])
         where = "; ".join(_hardware_description(n) for n in names) or "a hardware profile"
         return f"SIMULATED by the cost model on {where}"

@@ -42,6 +42,7 @@ def fig18_table(tidy: pd.DataFrame) -> pd.DataFrame:
     wide["ratio"] = wide.powerinfer_tokens_per_s / wide.a100_tokens_per_s
     wide["decode_ratio"] = wide.powerinfer_decode_tokens_per_s / wide.a100_decode_tokens_per_s
     wide["llamacpp_ratio"] = wide.llamacpp_tokens_per_s / wide.a100_tokens_per_s
+    wide.insert(0, "hardware", "+".join(dict.fromkeys(hw for hw, *_ in SYSTEMS.values())))
     return wide.sort_values(["model", "weight_dtype", "prompt_tokens"]).reset_index(drop=True)
 
 
