@@ -122,10 +122,11 @@ def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.Dat
 
 
 def weight_load_share(spec: ModelSpec, placement: Placement, work: FFNWork) -> float:
-    """The GPU's share of the neuron load as PowerInfer's Fig. 12 counts it: the weight rows
-    ("neurons", attention's included) multiplied per decode token. Attention and the output
-    projection are dense (all their rows, on their device); of the FFN, the neurons each
-    device computes. Predictors are not model neurons and are left out."""
+    """The GPU's share of the neuron load counted over ALL weight rows ("neurons",
+    attention's included) multiplied per decode token (PowerInfer's Fig. 12 does not say
+    whether it counts attention rows; `FFNWork.gpu_load_share` is the FFN-only count).
+    Attention and the output projection are dense (all their rows, on their device); of the
+    FFN, the neurons each device computes. Predictors are not model neurons and are left out."""
     attn_gpu = np.array([d == GPU for d in placement.attn_device], dtype=np.float64)
     attn = spec.attn_params_per_layer
     head = spec.vocab_size * spec.d_model
