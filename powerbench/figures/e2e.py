@@ -23,8 +23,7 @@ from powerbench.figures.runs import (
     search_runs,
     simulated_columns,
 )
-from powerbench.figures.stamp import write_stamped_csv
-from powerbench.paths import results_dir
+from powerbench.figures.stamp import paper_results_dir, write_stamped_csv
 
 POWERINFER, LLAMACPP = "PowerInfer", "llama.cpp"
 KEYS = ["hardware", "model", "weight_dtype", "prompt_tokens", "new_tokens"]
@@ -143,7 +142,7 @@ def speed_bars(ax, rows: pd.DataFrame, title: str) -> None:
 def write_figure(name: str, table: pd.DataFrame, plot: Callable[[pd.DataFrame, Path], Path],
                  out_dir: str | Path | None = None) -> FigureOutput:
     """<out_dir>/<name>.csv (the table) and <name>.png (`plot(table, path)`)."""
-    out = Path(out_dir) if out_dir is not None else results_dir()
+    out = Path(out_dir) if out_dir is not None else paper_results_dir()
     out.mkdir(parents=True, exist_ok=True)
     csv = write_stamped_csv(table, out / f"{name}.csv")
     return FigureOutput(name, csv, plot(table, out / f"{name}.png"), table)

@@ -22,8 +22,7 @@ from powerbench.figures.runs import (
     search_runs,
     simulated_columns,
 )
-from powerbench.figures.stamp import write_stamped_csv
-from powerbench.paths import results_dir
+from powerbench.figures.stamp import paper_results_dir, write_stamped_csv
 
 POWERINFER, LLAMACPP = "PowerInfer", "llama.cpp"
 SIM_KEYS = ["hardware", "model", "weight_dtype", "prompt_tokens", "new_tokens", "batch_size"]
@@ -81,7 +80,7 @@ def save_figure(name: str, table: pd.DataFrame, fig, out_dir: str | Path | None
     """<out_dir>/<name>.csv from `table` (content-hashed) and .png from the matplotlib
     figure `fig`."""
     plt = pyplot()
-    out = Path(out_dir) if out_dir is not None else results_dir()
+    out = Path(out_dir) if out_dir is not None else paper_results_dir()
     out.mkdir(parents=True, exist_ok=True)
     csv, png = out / f"{name}.csv", out / f"{name}.png"
     write_stamped_csv(table, csv)

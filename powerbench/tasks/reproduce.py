@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
-from powerbench.paths import results_dir
+from powerbench.figures.stamp import paper_results_dir
 from powerbench.reproduce import TARGETS, Target
 from powerbench.reproduce.report import REPORT, collect, write_report
 from powerbench.reproduce.target_record import record_target
@@ -24,7 +24,6 @@ from powerbench.tasks.config import ReproduceTask
 from powerbench.tracking import resolve_uri
 
 ALL = "all"
-REPORT_DIR = "reproduction"
 
 
 def select(names: list[str]) -> list[Target]:
@@ -74,7 +73,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
            else resolve_uri(cfg.tracking.uri))
     opts = RunOptions(tracking_uri=uri,
-                      out_dir=Path(task.out_dir) if task.out_dir else results_dir() / REPORT_DIR,
+                      out_dir=Path(task.out_dir) if task.out_dir else paper_results_dir(),
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
                       quick=task.quick, rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
