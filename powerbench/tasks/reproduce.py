@@ -6,7 +6,8 @@ as soon as its runs exist; each gets its own MLflow run with the figure, the CSV
 published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
 regenerated from every target whose runs exist. `task.fresh_store=true` logs everything to
 a new store in this run's directory (what the committed report is generated from);
-`task.report_only=true` runs nothing and redraws the figures and the report from the store. A
+`task.report_only=true` runs nothing and redraws the figures and the report from the store
+(only the named targets when some are named). A
 failing target does not stop the others; the task exits non-zero at the end naming it.
 """
 
@@ -69,7 +70,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     if task.list:
         print(listing())
         return []
-    targets = [] if task.report_only else select(task.targets)
+    targets = select(task.targets) if task.targets or not task.report_only else []
     uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
            else resolve_uri(cfg.tracking.uri))
     opts = RunOptions(tracking_uri=uri,
@@ -78,19 +79,19 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
                       quick=task.quick, rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
-    for target in targets:
+    for target in [] if task.report_only else targets:
         outcome = run_target(target, opts)
         outcomes[target.name] = outcome
+        for result in collect([target], outcomes, opts.tracking_uri, opts.out_dir):
+            record_target(result, opts.tracking_uri)  # as soon as it ran: wall time kept
         if outcome.ok:
             print(f"{target.name}: {outcome.seconds:.0f} s -> {outcome.output.csv}, "
                   f"{outcome.output.png}", flush=True)
         else:
             print(f"{target.name}: FAILED after {outcome.seconds:.0f} s: {outcome.error}",
                   flush=True)
-    results = collect(TARGETS.values(), outcomes, opts.tracking_uri, opts.out_dir)
-    for result in results:
-        if result.ran is not None:
-            record_target(result, opts.tracking_uri)
+    shown = targets if task.report_only and task.targets else TARGETS.values()
+    results = collect(shown, outcomes, opts.tracking_uri, opts.out_dir)
     report = write_report(opts.out_dir / REPORT, results, command_line(task), machine())
     print(f"\n{report}")
     for result in results:

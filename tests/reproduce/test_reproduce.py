@@ -167,6 +167,10 @@ def test_target_record_logs_errors_artifacts_and_wall_time(tmp_path):
     files = {f.path for f in mlflow.tracking.MlflowClient(uri).list_artifacts(run_id,
                                                                               "reproduce")}
     assert {"reproduce/good.csv", "reproduce/published_vs_ours.md"} <= files
+    # a later report that does not run the target shows the recorded wall time
+    (later,) = collect([target], {}, uri, tmp_path)
+    assert later.recorded_seconds == 12.0
+    assert "| good | earlier runs | 12 (recorded) |" in render([later], "powerbench reproduce")
 
 
 @pytest.mark.slow
