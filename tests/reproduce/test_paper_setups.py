@@ -83,7 +83,7 @@ def _sweep_values(name: str, key: str) -> list[set[str]]:
     ("fig13", "model", [{"opt_66b", "opt_175b", "falcon_relu_40b", "llama_reglu_70b"},
                         {"opt_30b", "opt_66b", "falcon_relu_40b", "llama_reglu_70b"}]),
     ("fig15", "model", [{"bamboo_7b", "falcon_relu_40b"}]),
-    ("fig17", "model", [{"opt_6_7b", "opt_13b", "opt_30b"}]),
+    ("fig17", "model", [{"opt_6_7b_shape", "opt_13b", "opt_30b"}]),
     ("fig18", "model", [{"opt_30b", "falcon_relu_40b"}]),
     ("fig18", "bench.prompt_tokens", [{"1", "64"}]),
     ("fig18", "experiment/system", [{"powerinfer_pc_high", "llamacpp_pc_high", "vllm"}]),
