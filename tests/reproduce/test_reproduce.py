@@ -119,7 +119,8 @@ def test_report_refuses_a_hand_edited_csv(tmp_path):
     written with it: an edited number stops the report, naming the file."""
     target = Target("good", _stamped_figure("good"), command=("ui",), command_title="t",
                     published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),))
-    (result,) = collect([target], {}, "sqlite:///unused.db", tmp_path)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    (result,) = collect([target], {}, uri, tmp_path)
     assert result.comparisons[0].within and result.table.x.iloc[0] == 2.0
     csv = tmp_path / "good.csv"
 
@@ -130,7 +131,7 @@ def test_report_refuses_a_hand_edited_csv(tmp_path):
 
     _stamped_figure("good")(tracking_uri="", out_dir=tmp_path)
     with pytest.raises(HandEditedError, match="good.csv was edited"):
-        collect([replace(target, figure=edited)], {}, "sqlite:///unused.db", tmp_path)
+        collect([replace(target, figure=edited)], {}, uri, tmp_path)
     csv.write_text("x\n2.0\n")  # no stamp at all: not written by powerbench
     with pytest.raises(HandEditedError, match="no content hash"):
         read_stamped_csv(csv)
