@@ -10,7 +10,7 @@
     powerbench bench-flash [overrides...]       flash-offloaded FFN vs in DRAM (PowerInfer-2)
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
-    powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, reproduction.md
+    powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, the report
     powerbench reproduce --list                 the reproduction targets
     powerbench sync                             upload runs queued while the server was down
     powerbench mlflow-server                    a shared MLflow server on PostgreSQL

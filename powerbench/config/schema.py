@@ -78,6 +78,7 @@ class PowerbenchConfig:
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    reproduce: Any = None  # conf/experiment: how `powerbench reproduce` runs it (read there)
 
     def __post_init__(self) -> None:
         self._check_positions()

@@ -1,16 +1,15 @@
-"""Figures: MLflow runs -> pandas -> results/<figure>.csv and .png (one function each).
+"""Figures: MLflow runs -> pandas -> <out_dir>/<figure>.csv (content-hashed) and .png.
 
-Simulated series are labelled "simulated" and name their hardware profile. The paper's
-figures are also reproduction targets (powerbench.reproduce.TARGETS; `powerbench figure`
-accepts their names too).
+Shared parts of the paper figures (runs, e2e, simulated, phone, stamp); the paper figures
+themselves are reproduction targets (powerbench.reproduce.targets; `powerbench figure`
+accepts their names too). Simulated series are labelled "simulated" and name their
+hardware profile.
 """
 
-from powerbench.figures.paper_pc import fig10, fig11, fig12, fig13
 from powerbench.figures.runs import FigureOutput, search_runs
 from powerbench.figures.validation import validation_local
 
 # figures that are no reproduction target
 FIGURES = {"validation_local": validation_local}
 
-__all__ = ["FIGURES", "FigureOutput", "fig10", "fig11", "fig12", "fig13", "search_runs",
-           "validation_local"]
+__all__ = ["FIGURES", "FigureOutput", "search_runs", "validation_local"]

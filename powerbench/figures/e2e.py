@@ -1,10 +1,11 @@
 """Simulated end-to-end runs, PowerInfer vs llama.cpp: MLflow -> one wide table.
 
-The data layer of the paper's PC figures (powerbench.figures.paper_pc): `e2e_runs()` reads
+The data layer of the paper's PC figures (powerbench.reproduce.targets.fig10-fig13): `e2e_runs()` reads
 the simulated runs of one MLflow experiment, `e2e_table()` puts both systems side by side
 per (hardware, model, dtype, prompt length, output length) with the speedups,
-`speed_bars()` draws tokens/s bars with the speedup on top, `write_figure()` writes
-<out_dir>/<name>.csv and .png.
+`speed_bars()` draws tokens/s bars with the speedup on top, `speed_figure()` one panel
+per prompt length or PC, `write_figure()` writes
+<out_dir>/<name>.csv (content-hashed) and .png.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from powerbench.figures.runs import (
     search_runs,
     simulated_columns,
 )
-from powerbench.paths import results_dir
+from powerbench.figures.stamp import paper_results_dir, write_stamped_csv
 
 POWERINFER, LLAMACPP = "PowerInfer", "llama.cpp"
 KEYS = ["hardware", "model", "weight_dtype", "prompt_tokens", "new_tokens"]
@@ -141,8 +142,51 @@ def speed_bars(ax, rows: pd.DataFrame, title: str) -> None:
 def write_figure(name: str, table: pd.DataFrame, plot: Callable[[pd.DataFrame, Path], Path],
                  out_dir: str | Path | None = None) -> FigureOutput:
     """<out_dir>/<name>.csv (the table) and <name>.png (`plot(table, path)`)."""
-    out = Path(out_dir) if out_dir is not None else results_dir()
+    out = Path(out_dir) if out_dir is not None else paper_results_dir()
     out.mkdir(parents=True, exist_ok=True)
-    csv = out / f"{name}.csv"
-    table.to_csv(csv, index=False, float_format="%.6g")
+    csv = write_stamped_csv(table, out / f"{name}.csv")
     return FigureOutput(name, csv, plot(table, out / f"{name}.png"), table)
+
+
+# the hardware profiles of the paper's PCs, as every panel title names them
+PROFILES = {"pc_high": "RTX 4090 + i9-13900K profile", "pc_low": "RTX 2080 Ti + i7-12700K profile"}
+
+
+def simulated_on(hardware: str) -> str:
+    return f"SIMULATED on {hardware} ({PROFILES.get(hardware, 'hardware profile')})"
+
+
+def save_png(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_speed(table: pd.DataFrame, path: Path, by: str, caption: str) -> Path:
+    """One speed panel per value of `by` (prompt_tokens or hardware)."""
+    from powerbench.figures.simulated import pyplot
+
+    plt = pyplot()
+    panels = sorted(table[by].dropna().unique())
+    n = max(len(panels), 1)
+    fig, axes = plt.subplots(1, n, figsize=(max(7.5, 6.5 * n), 5.6), squeeze=False)
+    for ax, value in zip(axes[0], panels, strict=False):
+        rows = table[table[by] == value]
+        hardware = ", ".join(sorted(rows.hardware.unique()))
+        prompts = ", ".join(str(int(p)) for p in sorted(rows.prompt_tokens.unique()))
+        dtypes = ", ".join(sorted(rows.weight_dtype.unique()))
+        speed_bars(ax, rows, f"{simulated_on(hardware)}\ninput {prompts} tokens, {dtypes}")
+    fig.suptitle(f"{caption}: PowerInfer (ILP placement + sparse FFN)\nvs llama.cpp (layer "
+                 "offload + dense), cost model, batch 1", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return save_png(fig, path)
+
+
+def speed_figure(name: str, caption: str, by: str, tracking_uri: str | None,
+                 out_dir: str | Path | None) -> FigureOutput:
+    """The e2e table of experiment `name` drawn as speed panels by `by`."""
+    table = e2e_runs(name, tracking_uri, how_to_run=f"powerbench reproduce {name}")
+    return write_figure(name, table, lambda t, p: plot_speed(t, p, by, caption), out_dir)

@@ -1,14 +1,12 @@
-"""`powerbench reproduce <name>`: one command per PowerInfer paper figure or table.
+"""`powerbench reproduce <name>`: one command per paper figure or table.
 
-TARGETS maps each name to its Target (powerbench.reproduce.target); the end-to-end PC
-figures live in `pc_figures`, the others in `more_figures`.
+TARGETS maps each name to its Target (powerbench.reproduce.target); each target's module
+is powerbench.reproduce.targets.<name>, its sweeps are in conf/experiment.
 """
 
-from powerbench.reproduce.more_figures import TARGETS as _MORE
-from powerbench.reproduce.pc_figures import TARGETS as _PC
-from powerbench.reproduce.pi2_figures import TARGETS as _PI2
 from powerbench.reproduce.target import Published, Target
+from powerbench.reproduce.targets import ALL
 
-TARGETS: dict[str, Target] = {t.name: t for t in (*_PC, *_MORE, *_PI2)}
+TARGETS: dict[str, Target] = {t.name: t for t in ALL}
 
 __all__ = ["TARGETS", "Published", "Target"]

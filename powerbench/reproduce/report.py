@@ -1,10 +1,13 @@
-"""results/reproduction.md: every target's published numbers beside ours.
+"""The reproduction report (<out_dir>/README.md): every target's published numbers beside
+ours, generated from the figure CSVs on disk.
 
-`collect()` gathers the figure table of every target whose runs exist (the ones just run,
-the others redrawn from MLflow), `compare()` evaluates a target's Published rows on its
-table, `render()` writes the markdown: per target, label, published value, ours, error
-(relative % or absolute), tolerance, within yes/no, calibration or validation, and whether
-the numbers are simulated (cost model, on which hardware profile) or measured (where).
+`collect()` gathers every target whose runs exist (the ones just run, the others redrawn
+from MLflow) and reads each figure's CSV back through its content hash, so a hand-edited
+CSV stops the report (powerbench.figures.stamp.HandEditedError); `compare()` evaluates a
+target's Published rows on its table; `render()` writes the markdown (itself stamped with
+its own content hash): per target the setup, what ran and how long it took, and label,
+published value, ours, error, tolerance, within, calibration or validation.
+No machine paths and no store locations are written.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 
-from powerbench.reproduce.run import Outcome
+from powerbench.figures.stamp import read_stamped_csv, stamp_text
 from powerbench.reproduce.target import Published, Target
+from powerbench.reproduce.target_runner import Outcome
+
+REPORT = "README.md"
 
 
 @dataclass(frozen=True)
@@ -38,12 +44,13 @@ class Comparison:
 @dataclass
 class TargetResult:
     target: Target
-    table: pd.DataFrame | None = None  # the figure's table (None: it failed)
+    table: pd.DataFrame | None = None  # the figure's table as read back from its CSV
     csv: Path | None = None
     png: Path | None = None
     ran: Outcome | None = None  # this invocation's run of the target
     error: str | None = None
     comparisons: list[Comparison] = field(default_factory=list)
+    recorded_seconds: float | None = None  # wall time of its last recorded reproduce run
 
 
 def compare(target: Target, table: pd.DataFrame) -> list[Comparison]:
@@ -52,7 +59,7 @@ def compare(target: Target, table: pd.DataFrame) -> list[Comparison]:
     for published in target.published:
         try:
             ours = float(published.ours(table))
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, LookupError):
             ours = math.nan
         out.append(Comparison(published, ours))
     return out
@@ -60,7 +67,8 @@ def compare(target: Target, table: pd.DataFrame) -> list[Comparison]:
 
 def collect(targets: Iterable[Target], outcomes: Mapping[str, Outcome], tracking_uri: str,
             out_dir: Path) -> list[TargetResult]:
-    """A result for every target just run and every other whose runs exist in MLflow."""
+    """A result for every target just run and every other whose runs exist in MLflow;
+    HandEditedError when a figure CSV was edited after it was written."""
     results = []
     for target in targets:
         ran = outcomes.get(target.name)
@@ -79,10 +87,28 @@ def collect(targets: Iterable[Target], outcomes: Mapping[str, Outcome], tracking
         if output is None and result.error is None:
             continue
         if output is not None:
-            result.table, result.csv, result.png = output.table, output.csv, output.png
-            result.comparisons = compare(target, output.table)
+            result.table, result.csv, result.png = read_stamped_csv(output.csv), output.csv, \
+                output.png
+            result.comparisons = compare(target, result.table)
+        if ran is None:
+            result.recorded_seconds = recorded_wall_time(target, tracking_uri)
         results.append(result)
     return results
+
+
+def recorded_wall_time(target: Target, tracking_uri: str) -> float | None:
+    """Wall time of the target's latest `reproduce:<name>` record in the store (None: none)."""
+    from powerbench.figures.runs import column, search_runs
+
+    try:
+        runs = search_runs(target.experiment or target.name, tracking_uri,
+                           f"tags.reproduce_target = '{target.name}'")
+    except Exception:  # noqa: BLE001 - a store without the record: no time to show
+        return None
+    if runs.empty:
+        return None
+    seconds = pd.to_numeric(column(runs.sort_values("start_time"), "metrics.wall_seconds"))
+    return float(seconds.iloc[-1]) if seconds.notna().iloc[-1] else None
 
 
 def _number(value: float) -> str:
@@ -96,6 +122,8 @@ def _error(c: Comparison) -> str:
 
 
 def _tolerance(p: Published) -> str:
+    if p.upper_bound:
+        return f"at most {p.value:g}"
     return f"±{p.tolerance:g}" if p.absolute else f"±{100 * p.tolerance:g}%"
 
 
@@ -109,10 +137,11 @@ def _hardware_description(name: str) -> str:
 
 
 def provenance(result: TargetResult) -> str:
-    """'SIMULATED by the cost model on <profile>' or 'MEASURED on <this machine>'."""
+    """'SIMULATED by the cost model on <profile>' or 'MEASURED on <this machine's CPU>'."""
     table = result.table
     if result.target.simulated:
-        names = (sorted(str(h) for h in table["hardware"].dropna().unique())
+        names = (sorted({n for h in table["hardware"].dropna().unique()
+                         for n in str(h).split("+")})  # "pc_high+a100": systems on two
                  if table is not None and "hardware" in table.columns else [])
         where = "; ".join(_hardware_description(n) for n in names) or "a hardware profile"
         return f"SIMULATED by the cost model on {where}"
@@ -123,34 +152,48 @@ def provenance(result: TargetResult) -> str:
             f"GPU: {tags.get('host_gpu', 'unknown')})")
 
 
+def how_to_run(target: Target) -> str:
+    if target.experiment is None:
+        return f"`powerbench {' '.join(target.command)}`"
+    sweeps = "; ".join(" ".join(s) or "as in the yaml" for s in target.sweeps)
+    return (f"`conf/experiment/{target.experiment}.yaml` "
+            f"({len(target.sweeps)} sweep(s): {sweeps})")
+
+
 def _section(result: TargetResult) -> list[str]:
     target = result.target
-    how = (f"`--multirun experiment={target.experiment}`" if target.experiment
-           else f"`powerbench {' '.join(target.command)}`")
-    lines = [f"## {target.name}: {target.title}", "", f"- {provenance(result)}; {how}"]
+    lines = [f"## {target.name}: {target.title}", "", f"- {provenance(result)}",
+             f"- runs: {how_to_run(target)}"]
+    if target.plan.setup:
+        lines.append(f"- setup: {target.plan.setup}")
     if result.ran is not None:
-        kind = "the reduced `--quick` sweep" if _quick(result) else "the full sweep"
-        lines.append(f"- ran now ({kind}) in {result.ran.seconds:.0f} s")
+        kind = "the reduced `--quick` sweep" if result.ran.quick else "the full sweep"
+        lines.append(f"- ran now ({kind}): {result.ran.seconds:.0f} s wall time")
+    else:
+        lines.append("- not run by this command: redrawn from the runs already in the store"
+                     + (f" (their recorded run took {result.recorded_seconds:.0f} s)"
+                        if result.recorded_seconds is not None else ""))
     if result.table is not None:
         lines.append(f"- table rows: {len(result.table)}: [{result.csv.name}]({result.csv.name}),"
                      f" [{result.png.name}]({result.png.name})")
     if result.error:
         lines.append(f"- **FAILED**: {result.error.splitlines()[0]}")
     if result.comparisons:
-        lines += ["", "| published number | paper | ours | error | tolerance | within | kind |"
-                  " source |", "|---|---|---|---|---|---|---|---|"]
-        for c in result.comparisons:
-            p = c.published
-            lines.append(f"| {p.label} | {p.value:g} | {_number(c.ours)} | {_error(c)} | "
-                         f"{_tolerance(p)} | {'yes' if c.within else 'no'} | "
-                         f"{'calibration' if p.calibration else 'validation'} | {p.source} |")
+        lines += ["", comparison_table(result.comparisons)]
     elif result.table is not None:
         lines += ["", "No published numbers are compared for this target."]
     return [*lines, ""]
 
 
-def _quick(result: TargetResult) -> bool:
-    return result.ran is not None and result.ran.quick
+def comparison_table(comparisons: list[Comparison]) -> str:
+    lines = ["| published number | paper | ours | error | tolerance | within | kind | source |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in comparisons:
+        p = c.published
+        lines.append(f"| {p.label} | {p.value:g} | {_number(c.ours)} | {_error(c)} | "
+                     f"{_tolerance(p)} | {'yes' if c.within else 'no'} | "
+                     f"{'calibration' if p.calibration else 'validation'} | {p.source} |")
+    return "\n".join(lines)
 
 
 def _status(result: TargetResult) -> str:
@@ -161,36 +204,51 @@ def _status(result: TargetResult) -> str:
     return "ran now (quick)" if result.ran.quick else "ran now"
 
 
-def render(results: list[TargetResult], command: str, tracking_uri: str,
-           now: datetime | None = None) -> str:
-    """The markdown report."""
-    date = (now or datetime.now()).strftime("%Y-%m-%d %H:%M")
+def _seconds(result: TargetResult) -> str:
+    if result.ran is not None:
+        return f"{result.ran.seconds:.0f}"
+    return f"{result.recorded_seconds:.0f} (recorded)" if result.recorded_seconds else "-"
+
+
+def render(results: list[TargetResult], command: str, now: datetime | None = None,
+           machine: str | None = None) -> str:
+    """The markdown report (without its stamp line)."""
+    date = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     within = sum(c.within for r in results for c in r.comparisons)
     total = sum(len(r.comparisons) for r in results)
+    calib = [c for r in results for c in r.comparisons if c.published.calibration]
+    wall = sum(r.ran.seconds if r.ran is not None else (r.recorded_seconds or 0.0)
+               for r in results)
     lines = [
-        "# PowerInfer reproduction: published numbers vs ours", "",
-        f"Generated by `{command}` on {date} from the MLflow store `{tracking_uri}`.",
+        "# Paper reproduction: published numbers vs ours", "",
+        f"Generated by `{command}` on {date}"
+        + (f" ({machine})" if machine else "") + ". Every CSV, figure and this page "
+        "are written by that command; the CSVs and this page carry a content hash in their "
+        "first line and the report generator refuses an edited CSV.",
         "SIMULATED numbers come from powerbench's cost model (powerbench.simulator) on a "
         "hardware profile of the paper's machines, not from running on that hardware; "
-        "MEASURED numbers were taken on the machine named. Calibration rows are issue 15's "
-        "headline numbers the simulator may be calibrated against; validation rows are not.",
-        "Targets not run by this command are redrawn from the runs the store holds, which "
-        "may be a `--quick` subset: check their table rows.",
-        "", f"{within} of {total} published numbers within tolerance.", "",
-        "| target | status | table rows | within tolerance |", "|---|---|---|---|",
+        "MEASURED numbers were taken on the machine named. Calibration rows are the papers' "
+        "headline numbers the cost model may be calibrated against; validation rows are not.",
+        "", f"{within} of {total} published numbers within tolerance "
+        f"({sum(c.within for c in calib)} of {len(calib)} calibration rows). "
+        f"Wall time of the targets shown (run now or as recorded): {wall / 60:.1f} min.", "",
+        "| target | status | wall time (s) | table rows | within tolerance |",
+        "|---|---|---|---|---|",
     ]
     for r in results:
         ok = sum(c.within for c in r.comparisons)
         rows = len(r.table) if r.table is not None else 0
-        lines.append(f"| {r.target.name} | {_status(r)} | {rows} | {ok} of {len(r.comparisons)} |")
+        lines.append(f"| {r.target.name} | {_status(r)} | {_seconds(r)} | {rows} | "
+                     f"{ok} of {len(r.comparisons)} |")
     lines.append("")
     for r in results:
         lines += _section(r)
     return "\n".join(lines)
 
 
-def write_report(path: Path, results: list[TargetResult], command: str, tracking_uri: str
-                 ) -> Path:
+def write_report(path: Path, results: list[TargetResult], command: str,
+                 machine: str | None = None) -> Path:
+    """<path> (README.md): the report behind its content-hash line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(results, command, tracking_uri))
+    path.write_text(stamp_text(render(results, command, machine=machine), "<!--", " -->"))
     return path

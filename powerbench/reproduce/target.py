@@ -1,15 +1,19 @@
 """What one `powerbench reproduce <name>` target is: a paper figure or table.
 
-A target names the Hydra experiment it sweeps (`conf/experiment/<experiment>.yaml`, run
-with `--multirun` through the parallel launcher) or the task it runs, the figure function
-that reads the runs back from MLflow, the overrides of its reduced `--quick` sweep, and the
-published values it is compared with in results/reproduction.md.
+How a target runs lives in its experiment yaml (`conf/experiment/<experiment>.yaml`): the
+Hydra sweep and system choices under `hydra.sweeper.params`, and a `reproduce:` block with
+its title, the extra sweeps no single Cartesian sweep expresses and the overrides of its
+reduced `--quick` sweep. What it draws and what it is compared with lives in its module
+(powerbench.reproduce.targets.<name>): the figure function and the published numbers.
+A target without an experiment (a measured benchmark) names the task it runs instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 import pandas as pd
 
@@ -20,9 +24,10 @@ from powerbench.figures.runs import FigureOutput
 class Published:
     """One published number and how to read ours from the figure's table.
 
-    calibration: True only for issue 15's calibration rows (the paper's headline results the
+    calibration: True only for the calibration rows (the paper's headline results the
         simulator may be calibrated against); every other published number is validation.
     tolerance: allowed |ours - published|: relative (0.2 = 20%) unless `absolute`.
+    upper_bound: the paper gives a bound ("under 10%"): within when ours <= value.
     """
 
     label: str
@@ -32,29 +37,100 @@ class Published:
     calibration: bool = False
     tolerance: float = 0.2
     absolute: bool = False
+    upper_bound: bool = False
 
     def error(self, ours: float) -> float:
         """Signed error: ours - published (absolute) or relative to published."""
         return ours - self.value if self.absolute else (ours - self.value) / self.value
 
     def within(self, ours: float) -> bool:
+        if self.upper_bound:
+            return ours <= self.value
         return abs(self.error(ours)) <= self.tolerance
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The `reproduce:` block of an experiment yaml."""
+
+    title: str
+    sweeps: tuple[tuple[str, ...], ...] = ((),)  # one `--multirun` each (overrides on top)
+    quick: tuple[str, ...] = ()  # extra overrides of the reduced sweep (the first only)
+    setup: str = ""  # what the paper ran and how this target differs (report text)
+
+
+def experiment_file(experiment: str) -> Path:
+    from powerbench.config import CONF_DIR
+
+    return Path(CONF_DIR) / "experiment" / f"{experiment}.yaml"
+
+
+@cache
+def run_plan(experiment: str) -> RunPlan:
+    """The experiment yaml's `reproduce:` block (read as a file: nothing is composed)."""
+    from omegaconf import OmegaConf
+
+    path = experiment_file(experiment)
+    block = OmegaConf.to_container(OmegaConf.load(path)).get("reproduce")
+    if not isinstance(block, dict) or "title" not in block:
+        raise ValueError(f"{path.name}: a reproduction target's experiment needs a "
+                         "`reproduce:` block with at least `title` (and optionally `sweeps`, "
+                         "`quick`, `setup`)")
+    sweeps = tuple(tuple(str(o) for o in s) for s in block.get("sweeps") or [[]])
+    return RunPlan(title=str(block["title"]), sweeps=sweeps,
+                   quick=tuple(str(o) for o in block.get("quick") or ()),
+                   setup=" ".join(str(block.get("setup", "")).split()))
 
 
 @dataclass(frozen=True)
 class Target:
     name: str  # fig10, table6, ...
-    title: str
     figure: Callable[..., FigureOutput]  # figure(tracking_uri=..., out_dir=...) -> FigureOutput
     experiment: str | None = None  # swept with --multirun; None: `command` instead
-    command: tuple[str, ...] = ()  # a powerbench task and its overrides, e.g. ("bench-operators",)
-    quick: tuple[str, ...] = ()  # extra overrides of the reduced sweep (`--quick`)
-    # override sets, one `--multirun experiment=<experiment>` each, all logged to its MLflow
-    # experiment (for combinations no single Cartesian sweep expresses, e.g. per-PC model
-    # lists); `--quick` runs only the first, with `quick` applied after it
-    sweeps: tuple[tuple[str, ...], ...] = ((),)
+    # a target without an experiment: the powerbench task it runs, its quick overrides and
+    # its title (an experiment's come from its yaml)
+    command: tuple[str, ...] = ()
+    command_quick: tuple[str, ...] = ()
+    command_title: str = ""
     published: tuple[Published, ...] = field(default_factory=tuple)
     simulated: bool = True  # False: measured on this machine (the figure says where)
     # the figure's table from a frame of runs as `mlflow.search_runs` returns them (what
     # `published` reads), for runs that come from elsewhere (experiments/fit_efficiency.py)
     table: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+
+    @property
+    def plan(self) -> RunPlan:
+        if self.experiment is None:
+            return RunPlan(self.command_title, ((),), self.command_quick)
+        return run_plan(self.experiment)
+
+    @property
+    def title(self) -> str:
+        return self.plan.title
+
+    @property
+    def sweeps(self) -> tuple[tuple[str, ...], ...]:
+        return self.plan.sweeps
+
+    @property
+    def quick(self) -> tuple[str, ...]:
+        return self.plan.quick
+
+
+def stat(column: str, how: str = "mean", **where: object) -> Callable[[pd.DataFrame], float]:
+    """`table -> float`: mean or max of `column` over the rows matching `where`
+    (column=value), NaN (infeasible) rows left out."""
+
+    def ours(table: pd.DataFrame) -> float:
+        rows = table
+        for key, value in where.items():
+            rows = rows[rows[key] == value]
+        values = pd.to_numeric(rows[column], errors="coerce").dropna()
+        return float(getattr(values, how)()) if len(values) else float("nan")
+
+    ours.__doc__ = f"{how} of {column} where {where or 'every row'}"
+    return ours
+
+
+POWERINFER_PAPER = "PowerInfer paper (arXiv 2312.12456), {}"
+PI2_PAPER = "PowerInfer-2 (arXiv 2406.06282), {}"

@@ -136,6 +136,10 @@ class SimulatorConfig:
     # per layer in sparse mode. None: 0. Validation on `local` measures it (the fused
     # operator on an empty active set at the model's shapes, minus one dispatch).
     cpu_sparse_call_us: float | None = None
+    # The serving engine's own host time per forward pass (scheduler, sampling, Python),
+    # microseconds, added to every decode step and to the prompt pass. None: 0. Set per
+    # system (conf/experiment/system/vllm.yaml) from a public measurement of that engine.
+    engine_step_us: float | None = None
     gpu_ops: OpCounts = field(default_factory=OpCounts)
     cpu_ops: OpCounts = field(default_factory=OpCounts)
     prefill: PrefillConfig = field(default_factory=PrefillConfig)

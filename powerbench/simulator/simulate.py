@@ -122,10 +122,11 @@ def _steps_frame(costs: PassCosts, work: FFNWork, context: np.ndarray) -> pd.Dat
 
 
 def weight_load_share(spec: ModelSpec, placement: Placement, work: FFNWork) -> float:
-    """The GPU's share of the neuron load as PowerInfer's Fig. 12 counts it: the weight rows
-    ("neurons", attention's included) multiplied per decode token. Attention and the output
-    projection are dense (all their rows, on their device); of the FFN, the neurons each
-    device computes. Predictors are not model neurons and are left out."""
+    """The GPU's share of the neuron load counted over ALL weight rows ("neurons",
+    attention's included) multiplied per decode token (PowerInfer's Fig. 12 does not say
+    whether it counts attention rows; `FFNWork.gpu_load_share` is the FFN-only count).
+    Attention and the output projection are dense (all their rows, on their device); of the
+    FFN, the neurons each device computes. Predictors are not model neurons and are left out."""
     attn_gpu = np.array([d == GPU for d in placement.attn_device], dtype=np.float64)
     attn = spec.attn_params_per_layer
     head = spec.vocab_size * spec.d_model
@@ -193,7 +194,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
                                                                                   shape)
-    prefill_s = float(pre.total.sum())
+    engine_s = (cfg.engine_step_us or 0.0) * 1e-6  # the serving engine's per-pass cost
+    prefill_s = float(pre.total.sum()) + engine_s
 
     # decode: N - 1 steps of B rows
     n_steps = new - 1
@@ -215,7 +217,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))
-        step_s = dec.total
+        step_s = dec.total + engine_s
         decode_s = float(step_s.sum())
         frames.append(breakdown_frame("decode", dec))
         if cfg.breakdown_per_layer:
@@ -239,6 +241,11 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
             split = dec.layer["sync"] > 0
             metrics["sim_ffn_cpu_bound_share"] = float(dec.cpu_bound[split].mean())
     metrics["sim_end_to_end_tokens_per_s"] = new * batch / (prefill_s + decode_s)
+    if sparse:  # the predictors' critical-path time over the whole run (PowerInfer Fig. 17)
+        passes = [pre] + ([dec] if n_steps > 0 else [])
+        predictor_s = sum(float(c.layer[k].sum()) for c in passes for k in c.layer
+                          if k.startswith("predictor@"))
+        metrics["sim_predictor_time_share"] = predictor_s / (prefill_s + decode_s)
     return SimResult(metrics=metrics, breakdown=pd.concat(frames, ignore_index=True),
                      steps=steps, notes=notes,
                      layers=pd.concat(layer_frames, ignore_index=True) if layer_frames

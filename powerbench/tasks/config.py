@@ -187,8 +187,8 @@ class FigureTask:
 
 @dataclass
 class ReproduceTask:
-    """Reproduce PowerInfer paper figures/tables (powerbench.reproduce): sweep, figure,
-    results/reproduction.md."""
+    """Reproduce the papers' figures/tables (powerbench.reproduce): sweep, figure, the
+    report results/reproduction/README.md."""
 
     _target_: str = "powerbench.tasks.reproduce.reproduce"
     name: str = "reproduce"
@@ -197,7 +197,9 @@ class ReproduceTask:
     list: bool = False  # print the targets and exit (`--list`)
     quick: bool = False  # each target's reduced sweep (`--quick`)
     n_jobs: int = 2  # parallel jobs of each sweep (hydra/launcher=parallel)
-    out_dir: str | None = None  # figures and reproduction.md (None: results/)
+    out_dir: str | None = None  # figures, CSVs and README.md (None: results/reproduction/)
+    fresh_store: bool = False  # log to a new MLflow store in the run directory
+    report_only: bool = False  # run nothing: redraw every figure and the report from the store
 
 
 @dataclass

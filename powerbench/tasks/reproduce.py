@@ -1,9 +1,14 @@
 """`powerbench reproduce fig10 [fig12 ...] | all | --list | --quick NAME`: paper targets.
 
-Each named target runs (its sweep or command in a child powerbench, powerbench.reproduce.run)
-and its figure is written to <out_dir>/<name>.csv/.png as soon as its runs exist; then
-<out_dir>/reproduction.md is regenerated from every target whose runs exist. A failing
-target does not stop the others; the task exits non-zero at the end naming it.
+Each named target runs (its sweep or command in a child powerbench,
+powerbench.reproduce.target_runner) and its figure is written to <out_dir>/<name>.csv/.png
+as soon as its runs exist; each gets its own MLflow run with the figure, the CSV and the
+published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
+regenerated from every target whose runs exist. `task.fresh_store=true` logs everything to
+a new store in this run's directory (what the committed report is generated from);
+`task.report_only=true` runs nothing and redraws the figures and the report from the store
+(only the named targets when some are named). A
+failing target does not stop the others; the task exits non-zero at the end naming it.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
-from powerbench.paths import results_dir
+from powerbench.figures.stamp import paper_results_dir
+from powerbench.measure.harness import write_results_index
 from powerbench.progress import Progress
 from powerbench.reproduce import TARGETS, Target
-from powerbench.reproduce.report import collect, write_report
-from powerbench.reproduce.run import Outcome, RunOptions, run_target
+from powerbench.reproduce.report import REPORT, collect, write_report
+from powerbench.reproduce.target_record import record_target
+from powerbench.reproduce.target_runner import Outcome, RunOptions, run_target
 from powerbench.tasks.config import ReproduceTask
 from powerbench.tracking import resolve_uri
 
@@ -50,35 +57,49 @@ def listing() -> str:
 
 
 def command_line(task: ReproduceTask) -> str:
+    flags = [f"task.{f}=true" for f in ("fresh_store", "report_only") if getattr(task, f)]
     return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
-                     *task.targets])
+                     *task.targets, *flags])
+
+
+def machine() -> str:
+    from powerbench.tracking.provenance import machine_tags
+
+    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}"
 
 
 def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
     if task.list:
         print(listing())
         return []
-    targets = select(task.targets)
-    opts = RunOptions(tracking_uri=resolve_uri(cfg.tracking.uri),
-                      out_dir=Path(task.out_dir) if task.out_dir else results_dir(),
+    targets = select(task.targets) if task.targets or not task.report_only else []
+    uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
+           else resolve_uri(cfg.tracking.uri))
+    opts = RunOptions(tracking_uri=uri,
+                      out_dir=Path(task.out_dir) if task.out_dir else paper_results_dir(),
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
                       quick=task.quick, rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
-    progress = Progress("reproduce targets", len(targets), first_s=0, every_s=0)
-    for target in targets:
+    to_run = [] if task.report_only else targets
+    progress = Progress("reproduce targets", len(to_run), first_s=0, every_s=0)
+    for target in to_run:
         outcome = run_target(target, opts)
         progress.step()
         outcomes[target.name] = outcome
+        for result in collect([target], outcomes, opts.tracking_uri, opts.out_dir):
+            record_target(result, opts.tracking_uri)  # as soon as it ran: wall time kept
         if outcome.ok:
             print(f"{target.name}: {outcome.seconds:.0f} s -> {outcome.output.csv}, "
                   f"{outcome.output.png}", flush=True)
         else:
             print(f"{target.name}: FAILED after {outcome.seconds:.0f} s: {outcome.error}",
                   flush=True)
-    results = collect(TARGETS.values(), outcomes, opts.tracking_uri, opts.out_dir)
-    report = write_report(opts.out_dir / "reproduction.md", results, command_line(task),
-                          opts.tracking_uri)
+    shown = targets if task.report_only and task.targets else TARGETS.values()
+    results = collect(shown, outcomes, opts.tracking_uri, opts.out_dir)
+    report = write_report(opts.out_dir / REPORT, results, command_line(task), machine())
+    if not task.out_dir:  # the repository's results/: its index lists this study too
+        write_results_index(opts.out_dir.parent)
     print(f"\n{report}")
     for result in results:
         for c in result.comparisons:

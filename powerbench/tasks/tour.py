@@ -5,8 +5,9 @@ its FFN sparsity, the trained predictors (recall, share of parameters), dense vs
 decode side by side (interleaved rounds, one run), and held-out perplexity and multiple-
 choice accuracy dense vs sparse. SIMULATED for a paper-scale model on a hardware profile
 (default OPT-30B on pc_high): llama.cpp-style layer offload with dense compute vs
-PowerInfer-style placement (ILP) with predictor-selected neurons, their GPU share of the
-neuron load and tokens/s. One MLflow run holds every number; metrics.json is written first.
+PowerInfer-style placement (ILP) with predictor-selected neurons (the systems of
+conf/experiment/system, composed as a sweep would), their GPU share of the neuron load
+(all rows and FFN rows only) and tokens/s. One MLflow run holds every number; metrics.json is written first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from powerbench.build import build
-from powerbench.config import PowerbenchConfig, as_container, group_config
+from powerbench.config import PowerbenchConfig, as_container, load_config
 from powerbench.engine import build_prompt_batch
 from powerbench.evaluation.accuracy import run_accuracy_eval
 from powerbench.evaluation.predictor_stage import prepare_predictors
@@ -32,9 +33,11 @@ from powerbench.tasks.config import TourTask
 from powerbench.tasks.inputs import model_inputs
 from powerbench.tracking import ui_command
 
-# key -> (label, solver, simulator mode, predictor sizing): conf/experiment/system/*.yaml
-SYSTEMS = {"llamacpp": ("llama.cpp (layer offload, dense)", "layer_offload", "dense", None),
-           "powerinfer": ("PowerInfer (ILP placement, sparse)", "ilp", "sparse", "adaptive")}
+# the systems compared on the paper-scale model (conf/experiment/system options) and how
+# the summary names them and their placement
+SYSTEMS = {"llamacpp": "llama.cpp", "powerinfer": "PowerInfer"}
+PLACEMENTS = {"layer_offload": "layer offload", "ilp": "ILP placement",
+              "greedy": "greedy placement"}
 
 
 @dataclass
@@ -42,32 +45,53 @@ class SimulatedSystem:
     key: str
     system: str
     tokens_per_s: float
-    gpu_neuron_load_share: float
+    gpu_neuron_load_share: float  # all weight rows (attention and output rows included)
+    gpu_ffn_load_share: float  # activated FFN neurons only
+
+
+def system_config(key: str, task: TourTask, cfg: PowerbenchConfig) -> PowerbenchConfig:
+    """The typed config of system `key` (conf/experiment/system/<key>.yaml) simulated on the
+    task's paper-scale model and hardware profile, with this run's bench lengths."""
+    return load_config([f"+experiment/system={key}", "simulator=cost_model", "~engine",
+                        f"model={task.sim_model}", f"hardware={task.sim_hardware}",
+                        "tracking.enabled=false", f"seed={cfg.seed}",
+                        f"profiling.trace_tokens={cfg.profiling.trace_tokens}",
+                        f"bench.prompt_tokens={cfg.bench.prompt_tokens}",
+                        f"bench.new_tokens={cfg.bench.new_tokens}",
+                        f"bench.batch_size={cfg.bench.batch_size}"])
+
+
+def describe(sys_cfg: PowerbenchConfig, key: str) -> str:
+    """e.g. 'llama.cpp (layer offload, dense)', from the composed system."""
+    placement = PLACEMENTS.get(sys_cfg.solver.name, sys_cfg.solver.name)
+    return f"{SYSTEMS[key]} ({placement}, {sys_cfg.simulator.mode.value})"
 
 
 def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSystem]:
-    """Both systems on the task's paper-scale model and hardware profile (cost model)."""
-    model = group_config("model", task.sim_model)
-    spec = spec_from_config(model)
-    profile = synthetic_profile(spec, trace_tokens=cfg.profiling.trace_tokens, seed=cfg.seed)
-    hardware = load_hardware(group_config("hardware", task.sim_hardware))
+    """Each of SYSTEMS on the task's paper-scale model and hardware profile (cost model)."""
     out = []
-    for key, (system, solver, mode, sizing) in SYSTEMS.items():
-        context = cfg.bench.prompt_tokens + cfg.bench.new_tokens
-        sim_cfg = group_config("simulator", "cost_model", mode=mode)
-        predictors = (size_predictors(group_config("predictor", sizing), spec, profile,
-                                      quality_from_config(sim_cfg)) if sizing else None)
+    for key in SYSTEMS:
+        sys_cfg = system_config(key, task, cfg)
+        spec = spec_from_config(sys_cfg.model)
+        profile = synthetic_profile(spec, trace_tokens=sys_cfg.profiling.trace_tokens,
+                                    seed=sys_cfg.seed)
+        hardware = load_hardware(sys_cfg.hardware)
+        predictors = (size_predictors(sys_cfg.predictor, spec, profile,
+                                      quality_from_config(sys_cfg.simulator))
+                      if sys_cfg.predictor is not None else None)
+        context = sys_cfg.bench.prompt_tokens + sys_cfg.bench.new_tokens
         try:
-            placement = solve(group_config("solver", solver), spec, profile, hardware,
-                              weight_dtype=model.weight_dtype, context=context,
+            placement = solve(sys_cfg.solver, spec, profile, hardware,
+                              weight_dtype=sys_cfg.model.weight_dtype, context=context,
                               predictor_bytes=predictor_layer_bytes(predictors))
         except PlacementInfeasibleError as err:
-            print(f"{system}: {err}")
+            print(f"{key}: {err}")
             continue
-        result = simulate(sim_cfg, spec, profile, placement, hardware, predictors,
-                          bench=cfg.bench)
-        out.append(SimulatedSystem(key, system, result.metrics["sim_end_to_end_tokens_per_s"],
-                                   result.metrics["sim_gpu_neuron_load_share"]))
+        result = simulate(sys_cfg.simulator, spec, profile, placement, hardware, predictors,
+                          bench=sys_cfg.bench)
+        m = result.metrics
+        out.append(SimulatedSystem(key, describe(sys_cfg, key), m["sim_end_to_end_tokens_per_s"],
+                                   m["sim_gpu_neuron_load_share"], m["sim_gpu_ffn_load_share"]))
     return out
 
 
@@ -101,6 +125,7 @@ def tour(task: TourTask, cfg: PowerbenchConfig, out_dir: Path) -> dict[str, floa
         **accuracy.metrics(),
         **{f"sim_{s.key}_tokens_per_s": s.tokens_per_s for s in simulated},
         **{f"sim_{s.key}_gpu_neuron_load_share": s.gpu_neuron_load_share for s in simulated},
+        **{f"sim_{s.key}_gpu_ffn_load_share": s.gpu_ffn_load_share for s in simulated},
     }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))  # before tracking
     table = summary(task, loaded.spec, metrics, simulated, dense.rounds)
@@ -137,12 +162,13 @@ def summary(task: TourTask, spec, m: dict[str, float], simulated: list[Simulated
     lines.append(f"SIMULATED (cost model): {task.sim_model} on hardware profile "
                  f"'{task.sim_hardware}'")
     for s in simulated:
-        lines.append(f"  {s.system:<36s} {s.tokens_per_s:6.2f} tokens/s, GPU share of the "
-                     f"neuron load {100 * s.gpu_neuron_load_share:.0f}%")
+        lines.append(f"  {s.system:<44s} {s.tokens_per_s:6.2f} tokens/s, GPU share of the "
+                     f"neuron load {100 * s.gpu_neuron_load_share:.0f}% of all rows, "
+                     f"{100 * s.gpu_ffn_load_share:.0f}% of the FFN rows")
     if len(simulated) == 2 and simulated[0].tokens_per_s > 0:
-        lines.append(f"  speedup                              "
+        lines.append(f"  speedup                                      "
                      f"{simulated[1].tokens_per_s / simulated[0].tokens_per_s:.2f}x")
-        lines.append("  (GPU share of the neuron load: weight rows computed per token, attention's "
-                     "included, as PowerInfer's Fig. 12 counts; the paper's ~70% vs ~20% is "
-                     "the mean over three models: powerbench reproduce fig12)")
+        lines.append("  (all rows: attention and output rows counted with the FFN neurons; "
+                     "FFN rows: activated FFN neurons only. powerbench reproduce fig12 shows "
+                     "both for the paper's models)")
     return "\n".join(lines)

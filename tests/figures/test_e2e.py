@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from powerbench.figures.e2e import e2e_runs
-from powerbench.figures.paper_pc import fig10, fig12
 from powerbench.figures.runs import search_runs
 from powerbench.reproduce import TARGETS
 from powerbench.reproduce.report import compare
+from powerbench.reproduce.targets import fig10, fig12
 from powerbench.tracking import Tracker
 from powerbench.tracking.config import TrackingConfig
 
@@ -55,7 +55,7 @@ def store(tmp_path_factory):
 
 
 def test_table_pairs_systems_per_prompt_length_and_takes_the_latest_run(store, tmp_path):
-    out = fig10(tracking_uri=store, out_dir=tmp_path)
+    out = fig10.figure(tracking_uri=store, out_dir=tmp_path)
     table = out.table.set_index(["model", "prompt_tokens", "new_tokens"])
     row = table.loc[("opt_30b", 64, 128)]
     assert row.powerinfer_tokens_per_s == 8.0 and row.llamacpp_tokens_per_s == 1.0
@@ -65,12 +65,13 @@ def test_table_pairs_systems_per_prompt_length_and_takes_the_latest_run(store, t
     assert table.loc[("opt_30b", 128, 128)].speedup == pytest.approx(2.5)
     big = table.loc[("opt_175b", 64, 8)]
     assert not big.powerinfer_fits and not big.llamacpp_fits
-    assert out.csv.read_text().startswith("hardware,model,weight_dtype,prompt_tokens,new_tokens")
+    assert out.csv.read_text().splitlines()[1].startswith(
+        "hardware,model,weight_dtype,prompt_tokens,new_tokens")
     assert out.png.stat().st_size > 10_000
 
 
 def test_load_split_tolerates_runs_without_the_ffn_share(store, tmp_path):
-    row = fig12(tracking_uri=store, out_dir=tmp_path).table.iloc[0]
+    row = fig12.figure(tracking_uri=store, out_dir=tmp_path).table.iloc[0]
     assert row.powerinfer_gpu_ffn_load_share == pytest.approx(0.8)
     assert row.llamacpp_gpu_ffn_load_share != row.llamacpp_gpu_ffn_load_share  # NaN: not logged
     assert (tmp_path / "fig12.png").stat().st_size > 10_000
@@ -84,7 +85,7 @@ def test_no_runs_says_which_command_makes_them(store):
 def test_targets_table_from_runs_is_the_figures_table(store, tmp_path):
     """Target.table (runs frame -> figure table, what experiments/fit_efficiency.py scores)
     gives the figure's own table, so its calibration rows are the report's."""
-    out = fig10(tracking_uri=store, out_dir=tmp_path)
+    out = fig10.figure(tracking_uri=store, out_dir=tmp_path)
     table = TARGETS["fig10"].table(search_runs("fig10", store))
     pd.testing.assert_frame_equal(table, out.table)
     ours = [c.ours for c in compare(TARGETS["fig10"], table)]

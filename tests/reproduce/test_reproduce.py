@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -10,9 +11,16 @@ from hydra import compose
 
 from powerbench.config import CONF_DIR, hydra_context, typed
 from powerbench.figures.runs import FigureOutput
+from powerbench.figures.stamp import (
+    HandEditedError,
+    check_stamped_text,
+    read_stamped_csv,
+    write_stamped_csv,
+)
 from powerbench.reproduce import TARGETS, Published, Target
-from powerbench.reproduce.report import TargetResult, compare, render
-from powerbench.reproduce.run import RunOptions, commands
+from powerbench.reproduce.report import TargetResult, collect, compare, render, write_report
+from powerbench.reproduce.target_record import record_target
+from powerbench.reproduce.target_runner import Outcome, RunOptions, commands
 
 
 def test_list_names_every_target(run_cli, capsys):
@@ -23,7 +31,7 @@ def test_list_names_every_target(run_cli, capsys):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"{target.name} "))
         assert ("simulated" if target.simulated else "measured") in line
         assert f"  {len(target.published)}  " in line
-    assert "experiment=fig12 (2 sweeps)" in out
+    assert "experiment=fig12 (4 sweeps)" in out
 
 
 def test_unknown_target_lists_the_valid_ones(run_cli):
@@ -37,7 +45,7 @@ def test_quick_runs_only_the_first_sweep_reduced(tmp_path):
     (args,) = commands(TARGETS["fig13"], opts)
     assert args[:3] == ["--multirun", "experiment=fig13", "hydra/launcher=parallel"]
     assert "hydra.launcher.n_jobs=3" in args and "rerun=true" in args
-    assert args[-2:] == ["model=opt_30b", "bench.new_tokens=128"]
+    assert args[-2:] == ["model=opt_66b", "bench.new_tokens=128"]
     full = commands(TARGETS["fig13"], RunOptions("sqlite:///x.db", tmp_path, tmp_path))
     assert len(full) == 2 and "hardware=pc_low" in full[1]
 
@@ -65,7 +73,8 @@ def _target(published: tuple[Published, ...]) -> Target:
     def figure(**_: object) -> FigureOutput:
         raise LookupError("no runs")
 
-    return Target("figX", "a hand-made target", figure, experiment="figX", published=published)
+    return Target("figX", figure, command=("ui",), command_title="a hand-made target",
+                  published=published)
 
 
 def test_report_marks_within_and_outside_tolerance():
@@ -84,7 +93,7 @@ def test_report_marks_within_and_outside_tolerance():
     assert rows[0].error == pytest.approx(1 / 9) and rows[2].error == pytest.approx(-0.1)
     text = render([TargetResult(target, table=table, csv=Path("figX.csv"),
                                 png=Path("figX.png"), comparisons=rows)],
-                  "powerbench reproduce figX", "sqlite:///x.db")
+                  "powerbench reproduce figX")
     lines = {ln.split(" | ")[0].lstrip("| "): ln for ln in text.splitlines() if ln.startswith("| ")}
     assert "| +11.1% | ±20% | yes | validation |" in lines["speed in"]
     assert "| +42.9% | ±20% | no | calibration |" in lines["speed out"]
@@ -96,21 +105,73 @@ def test_report_marks_within_and_outside_tolerance():
     assert "SIMULATED by the cost model on pc_high" in text
 
 
-@pytest.mark.slow
-def test_quick_fig12_end_to_end(run_cli, tmp_path):
-    """Child sweep (parallel launcher) into a temporary MLflow store, the figure, the report."""
-    out = tmp_path / "results"
-    run_cli(["reproduce", "--quick", "fig12", f"task.out_dir={out}"])
-    table = pd.read_csv(out / "fig12.csv")
-    assert list(table.model) == ["opt_30b"] and (table.hardware == "pc_high").all()
-    assert 0 <= table.powerinfer_gpu_neuron_load_share.iloc[0] <= 1
-    assert (out / "fig12.png").stat().st_size > 10_000
-    report = (out / "reproduction.md").read_text()
-    assert "`powerbench reproduce --quick fig12`" in report and "## fig12" in report
-    assert "the reduced `--quick` sweep" in report
-    for published in TARGETS["fig12"].published:
-        assert f"| {published.label} | {published.value:g} |" in report
-    assert "## fig10" not in report  # no runs of it in this store
+def _stamped_figure(name: str, value: float = 2.0):
+    def figure(tracking_uri: str, out_dir: Path) -> FigureOutput:
+        table = pd.DataFrame({"x": [value]})
+        csv = write_stamped_csv(table, Path(out_dir) / f"{name}.csv")
+        return FigureOutput(name, csv, csv, table)
+
+    return figure
+
+
+def test_report_refuses_a_hand_edited_csv(tmp_path):
+    """The report reads every figure table back from its CSV and checks the content hash
+    written with it: an edited number stops the report, naming the file."""
+    target = Target("good", _stamped_figure("good"), command=("ui",), command_title="t",
+                    published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),))
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    (result,) = collect([target], {}, uri, tmp_path)
+    assert result.comparisons[0].within and result.table.x.iloc[0] == 2.0
+    csv = tmp_path / "good.csv"
+
+    def edited(tracking_uri: str, out_dir: Path) -> FigureOutput:
+        lines = csv.read_text().splitlines()
+        csv.write_text("\n".join([*lines[:-1], "2.5", ""]))  # a hand edit after writing
+        return FigureOutput("good", csv, csv, pd.DataFrame({"x": [2.0]}))
+
+    _stamped_figure("good")(tracking_uri="", out_dir=tmp_path)
+    with pytest.raises(HandEditedError, match="good.csv was edited"):
+        collect([replace(target, figure=edited)], {}, uri, tmp_path)
+    csv.write_text("x\n2.0\n")  # no stamp at all: not written by powerbench
+    with pytest.raises(HandEditedError, match="no content hash"):
+        read_stamped_csv(csv)
+
+
+def test_report_is_stamped_and_has_no_paths(tmp_path):
+    target = Target("good", _stamped_figure("good"), command=("ui",), command_title="t",
+                    published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),))
+    results = collect([target], {}, f"sqlite:///{tmp_path / 'store.db'}", tmp_path)
+    path = write_report(tmp_path / "README.md", results, "powerbench reproduce good", "run on X")
+    body = check_stamped_text(path)
+    assert str(tmp_path) not in body and "sqlite" not in body
+    assert "not run by this command" in body and "| good | earlier runs | - | 1 |" in body
+    path.write_text(path.read_text().replace("1 of 1", "0 of 1"))
+    with pytest.raises(HandEditedError):
+        check_stamped_text(path)
+
+
+def test_target_record_logs_errors_artifacts_and_wall_time(tmp_path):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    target = Target("good", _stamped_figure("good", 2.5), command=("ui",), command_title="t",
+                    published=(Published("x in range", 2.0, lambda t: float(t.x.iloc[0]),
+                                         "test"),))
+    (result,) = collect([target], {}, uri, tmp_path)
+    result.ran = Outcome("good", 12.0, output=None)
+    run_id = record_target(result, uri)
+    run = mlflow.tracking.MlflowClient(uri).get_run(run_id)
+    assert run.data.metrics["error/x_in_range"] == pytest.approx(0.25)
+    assert run.data.metrics["published_within"] == 0.0
+    assert run.data.metrics["wall_seconds"] == 12.0
+    assert run.data.tags["reproduce_target"] == "good" and run.info.run_name == "reproduce:good"
+    files = {f.path for f in mlflow.tracking.MlflowClient(uri).list_artifacts(run_id,
+                                                                              "reproduce")}
+    assert {"reproduce/good.csv", "reproduce/published_vs_ours.md"} <= files
+    # a later report that does not run the target shows the recorded wall time
+    (later,) = collect([target], {}, uri, tmp_path)
+    assert later.recorded_seconds == 12.0
+    assert "| good | earlier runs | 12 (recorded) |" in render([later], "powerbench reproduce")
 
 
 @pytest.mark.slow
@@ -118,45 +179,69 @@ def test_a_failing_target_keeps_the_others_and_exits_non_zero(run_cli, tmp_path,
     import powerbench.tasks.reproduce as task
 
     out = tmp_path / "results"
-
-    def good_figure(tracking_uri: str, out_dir: Path) -> FigureOutput:
-        table = pd.DataFrame({"x": [2.0]})
-        csv = Path(out_dir) / "good.csv"
-        table.to_csv(csv, index=False)
-        return FigureOutput("good", csv, csv, table)
-
     targets = {
-        "bad": Target("bad", "fails", good_figure, command=("figure", "no_such_figure"),
-                      simulated=False),
-        "good": Target("good", "works", good_figure, command=("ui",), simulated=False,
+        "bad": Target("bad", _stamped_figure("bad"), command=("figure", "no_such_figure"),
+                      command_title="fails", simulated=False),
+        "good": Target("good", _stamped_figure("good"), command=("ui",), command_title="works",
+                       simulated=False,
                        published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),)),
     }
     monkeypatch.setattr(task, "TARGETS", targets)
     with pytest.raises(SystemExit, match=r"1 of 2 target\(s\) failed: \['bad'\]"):
         run_cli(["reproduce", "bad", "good", f"task.out_dir={out}"])
     assert (out / "good.csv").exists()
-    report = (out / "reproduction.md").read_text()
+    report = check_stamped_text(out / "README.md")
     assert "## bad" in report and "**FAILED**" in report and "exited with" in report
     assert "| x | 2 | 2 | +0.0% | ±20% | yes |" in report and "MEASURED on this machine" in report
+    assert str(tmp_path) not in report
+
+
+# every target's reduced sweep end to end: child sweep (parallel launcher) into a fresh
+# store, the figure, its MLflow record and the report; what each quick table must hold
+QUICK = {
+    "fig10": {"model": ["opt_30b"]}, "fig11": {"model": ["opt_13b"]},
+    "fig12": {"model": ["opt_30b"], "hardware": ["pc_high"]},
+    "fig13": {"model": ["opt_66b"]}, "fig14": {"batch_size": [1, 8]},
+    "fig15": {"model": ["bamboo_7b"]}, "fig16": {}, "fig17": {"model": ["opt_13b"]},
+    "fig18": {"model": ["opt_30b"], "prompt_tokens": [1]},
+    "table6": {}, "table7": {"model": ["tiny_relu_quick"] * 2},
+    "pi2_decode": {"model": ["bamboo_7b"] * 2}, "pi2_budget": {"dram_budget_gb": [12.0]},
+    "pi2_prefill": {"model": ["bamboo_7b"]}, "pi2_memory": {"model": ["bamboo_7b"]},
+    "pi2_ablation": {"step": ["Baseline", "+XPU"]},
+}
+
+
+def test_every_target_has_a_quick_check():
+    assert set(QUICK) == set(TARGETS)
 
 
 @pytest.mark.slow
-def test_quick_pi2_memory_end_to_end(run_cli, tmp_path):
-    """A phone target's --quick sweep (simulator=phone, the pi2 planner, the flash tier and
-    the llama.cpp page cache) into a temporary MLflow store, the figure and the report."""
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_quick_target_end_to_end(run_cli, tmp_path, name):
     out = tmp_path / "results"
-    run_cli(["reproduce", "--quick", "pi2_memory", f"task.out_dir={out}"])
-    table = pd.read_csv(out / "pi2_memory.csv")
-    assert list(table.model) == ["bamboo_7b"] and list(table.hardware) == ["oneplus12"]
-    row = table.iloc[0]
-    assert row.llamacpp_tokens_per_s > 0 and 5.0 < row.llamacpp_dram_gb <= 8.0
-    # PowerInfer-2 matches llama.cpp's speed at 4 GB (with the FFN partly in flash) or not
-    # at all within the quick budgets; either way the ratio is the one the table derives
-    assert row.pi2_dram_gb == pytest.approx(4.0, abs=1e-6) or pd.isna(row.pi2_dram_gb)
-    if not pd.isna(row.pi2_dram_gb):
-        assert row.memory_ratio == pytest.approx(row.pi2_dram_gb / row.llamacpp_dram_gb)
-    assert (out / "pi2_memory.png").stat().st_size > 10_000
-    report = (out / "reproduction.md").read_text()
-    assert "`powerbench reproduce --quick pi2_memory`" in report and "## pi2_memory" in report
-    (published,) = TARGETS["pi2_memory"].published
-    assert f"| {published.label} | {published.value:g} |" in report and "calibration" in report
+    run_cli(["reproduce", "--quick", name, f"task.out_dir={out}", "task.fresh_store=true"])
+    table = read_stamped_csv(out / f"{name}.csv")
+    assert len(table) > 0
+    for column, values in QUICK[name].items():
+        assert sorted(table[column]) == sorted(values), column
+    assert (out / f"{name}.png").stat().st_size > 5_000
+    report = check_stamped_text(out / "README.md")
+    assert f"`powerbench reproduce --quick {name} task.fresh_store=true`" in report
+    assert f"## {name}" in report and "the reduced `--quick` sweep" in report
+    assert str(tmp_path) not in report
+    for published in TARGETS[name].published:
+        assert f"| {published.label} | {published.value:g} |" in report
+
+
+def test_report_only_runs_nothing_and_redraws_from_the_store(run_cli, tmp_path, monkeypatch):
+    import powerbench.tasks.reproduce as task
+
+    out = tmp_path / "results"
+    target = Target("good", _stamped_figure("good"), command=("no-such-task",),
+                    command_title="would fail if it ran",
+                    published=(Published("x", 2.0, lambda t: float(t.x.iloc[0]), "test"),))
+    monkeypatch.setattr(task, "TARGETS", {"good": target})
+    run_cli(["reproduce", "task.report_only=true", f"task.out_dir={out}"])
+    report = check_stamped_text(out / "README.md")
+    assert "`powerbench reproduce task.report_only=true`" in report
+    assert "| good | earlier runs | - | 1 | 1 of 1 |" in report

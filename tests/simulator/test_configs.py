@@ -61,8 +61,8 @@ def test_paper_models_are_swept():
     assert swept("fig10")["bench.prompt_tokens"] == "64,128"
     assert set(swept("fig11")["model"].split(",")) == {
         "opt_13b", "opt_30b", "llama_reglu_13b", "bamboo_7b"}
-    assert set(swept("fig13")["model"].split(",")) == {
-        "opt_30b", "opt_66b", "falcon_relu_40b", "llama_reglu_70b", "opt_175b"}
+    assert set(swept("fig13")["model"].split(",")) == {  # PC-High's set (the paper's Fig. 13)
+        "opt_66b", "falcon_relu_40b", "llama_reglu_70b", "opt_175b"}
 
 
 def test_hybrid_engine_composes():

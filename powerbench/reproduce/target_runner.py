@@ -1,0 +1,117 @@
+"""Run one reproduction target: its sweep(s) or command in a child `powerbench`, then its
+figure from MLflow (`run_target`; the child argument lists: `commands`).
+
+A target with an `experiment` runs `python -m powerbench.cli --multirun
+experiment=<experiment> hydra/launcher=parallel ...` once per entry of `target.sweeps`
+(`--quick`: the first only, with `target.quick` after it); a target with a `command` runs
+`python -m powerbench.cli <command...>`. The child gets the parent's tracking store and
+cache (and `rerun=true` with `--force`), writes its output to <work_dir>/<name>.log, and
+imports the same powerbench as the parent. The figure is written as soon as the runs exist.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import powerbench
+from powerbench.figures.runs import FigureOutput
+from powerbench.reproduce.target import Target
+
+LOG_TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    tracking_uri: str  # resolved store the children log to and the figure reads
+    out_dir: Path  # figures, CSVs and the report (README.md)
+    work_dir: Path  # the children's sweep/run directories and logs
+    cache_dir: str | None = None  # passed to the children (None: their default)
+    n_jobs: int = 2  # parallel jobs of a sweep
+    quick: bool = False
+    rerun: bool = False  # run jobs that finished before (`--force`)
+
+
+@dataclass
+class Outcome:
+    name: str
+    seconds: float
+    output: FigureOutput | None = None
+    error: str | None = None
+    log: Path | None = None
+    quick: bool = False  # the reduced `--quick` sweep
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.output is not None
+
+
+def _common(opts: RunOptions) -> list[str]:
+    args = [f"tracking.uri={opts.tracking_uri}"]
+    if opts.cache_dir:
+        args.append(f"cache_dir={opts.cache_dir}")
+    if opts.rerun:
+        args.append("rerun=true")
+    return args
+
+
+def commands(target: Target, opts: RunOptions) -> list[list[str]]:
+    """The child `powerbench` argument lists of `target` (without the interpreter)."""
+    quick = list(target.quick) if opts.quick else []
+    base = opts.work_dir / target.name
+    if target.experiment is None:
+        if not target.command:
+            raise ValueError(f"target {target.name!r} has neither an experiment nor a command")
+        return [[*target.command, *_common(opts), f"hydra.run.dir={base / 'run'}",
+                 f"hydra.sweep.dir={base / 'sweep'}", *quick]]
+    sweeps = target.sweeps[:1] if opts.quick else target.sweeps
+    return [["--multirun", f"experiment={target.experiment}", "hydra/launcher=parallel",
+             f"hydra.launcher.n_jobs={opts.n_jobs}", *_common(opts),
+             f"hydra.sweep.dir={base / f'sweep{i}'}", *sweep, *quick]
+            for i, sweep in enumerate(sweeps)]
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment, with this powerbench first on the child's import path."""
+    env = dict(os.environ)
+    root = str(Path(powerbench.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def run_target(target: Target, opts: RunOptions) -> Outcome:
+    """The target's child runs, then its figure; failures come back in the Outcome."""
+    start = time.perf_counter()
+    log = opts.work_dir / f"{target.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    failed = None
+    with log.open("w") as out:
+        for args in commands(target, opts):
+            argv = [sys.executable, "-m", "powerbench.cli", *args]
+            print(f"{target.name}: {' '.join(argv[1:])}", flush=True)
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            code = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT, env=_child_env())
+            if code != 0:
+                failed = f"`powerbench {' '.join(args[:2])} ...` exited with {code}"
+                break
+    if failed:
+        return Outcome(target.name, time.perf_counter() - start, log=log, quick=opts.quick,
+                       error=(f"{failed} (log: {log.name} in the run directory):\n"
+                              f"{_tail(log)}"))
+    try:
+        output = target.figure(tracking_uri=opts.tracking_uri, out_dir=opts.out_dir)
+    except Exception as err:  # noqa: BLE001 - reported with the others, not fatal to them
+        return Outcome(target.name, time.perf_counter() - start, log=log, quick=opts.quick,
+                       error=f"figure failed: {type(err).__name__}: {err}")
+    return Outcome(target.name, time.perf_counter() - start, output=output, log=log,
+                   quick=opts.quick)

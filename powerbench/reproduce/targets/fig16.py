@@ -1,0 +1,92 @@
+"""Fig. 16: sparse operators vs dense, MEASURED on this machine's CPU by `powerbench
+bench-operators` (MLflow experiment `operators`, the latest run on one device)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from powerbench.figures.runs import FigureOutput, column
+from powerbench.figures.simulated import (
+    finished_runs,
+    host_cpu,
+    pyplot,
+    save_figure,
+)
+from powerbench.reproduce.target import Target
+
+METRIC_KEY = re.compile(r"^metrics\.(speedup|time_us)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/b(\d+)/s(\d+)$")
+FIG16_COLUMNS = ["device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
+                 "dense_time_us", "speedup", "ideal_speedup"]
+
+
+def operator_rows(run: pd.Series, device: str) -> pd.DataFrame:
+    """One bench-operators run's `<speedup|time_us>/<backend>/<op>/<shape>/<dtype>/b<batch>/
+    s<percent>` metrics back into rows (dense time = time / speedup)."""
+    cells: dict[tuple, dict[str, float]] = {}
+    for name, value in run.items():
+        match = METRIC_KEY.match(str(name))
+        if match and pd.notna(value):
+            kind, backend, op, shape, dtype, batch, pct = match.groups()
+            cells.setdefault((backend, op, shape, dtype, int(batch), int(pct) / 100), {})[kind] = \
+                float(value)
+    rows = [dict(device=device, backend=k[0], op=k[1], shape=k[2], dtype=k[3], batch=k[4],
+                 sparsity=k[5], time_us=v.get("time_us", np.nan), speedup=v.get("speedup", np.nan))
+            for k, v in cells.items()]
+    frame = pd.DataFrame(rows, columns=[c for c in FIG16_COLUMNS
+                                        if c not in ("dense_time_us", "ideal_speedup")])
+    frame["dense_time_us"] = frame.time_us * frame.speedup
+    frame["ideal_speedup"] = 1.0 / (1.0 - frame.sparsity)
+    frame.loc[frame.backend == "torch_dense", "ideal_speedup"] = 1.0
+    return frame[FIG16_COLUMNS].sort_values(["op", "shape", "dtype", "batch", "backend",
+                                             "sparsity"]).reset_index(drop=True)
+
+
+def figure(tracking_uri: str | None = None, out_dir: str | Path | None = None,
+          experiment: str = "operators", device: str = "cpu") -> FigureOutput:
+    """Paper figure 16: speedup of the sparse operators over torch dense vs sparsity, from
+    the latest `powerbench bench-operators` run on `device` (MEASURED on its CPU)."""
+    runs = finished_runs(experiment, tracking_uri, f"powerbench bench-operators task.device={device}")
+    runs = runs[column(runs, "params.device") == device]
+    if runs.empty:
+        raise LookupError(f"no bench-operators run on device {device!r} in MLflow experiment "
+                          f"{experiment!r}; run: powerbench bench-operators task.device={device}")
+    run = runs.sort_values("start_time").iloc[-1]
+    table = operator_rows(run, device)
+    if table.empty:
+        raise LookupError(f"bench-operators run {run.run_id} logged no speedup/... metrics")
+    where = host_cpu(run.get("tags.host_cpu"))
+    table.insert(1, "cpu_model", where)
+    plt = pyplot()
+    sparse = table[table.backend != "torch_dense"]
+    panels = list(sparse.groupby(["op", "dtype", "batch"], sort=False))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.5 * max(len(panels), 1), 4),
+                             squeeze=False)
+    for ax, ((op, dtype, batch), rows) in zip(axes[0], panels, strict=False):
+        grid = np.sort(rows.sparsity.unique())
+        ax.plot(grid, 1.0 / (1.0 - grid), "k--", lw=1, label="ideal 1/(1-s)")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        for i, ((backend, shape), line) in enumerate(rows.groupby(["backend", "shape"])):
+            ax.plot(line.sparsity, line.speedup, "o-", ms=3, color=f"C{i}",
+                    label=f"{backend} {shape}")
+        ax.set_yscale("log")
+        ax.set_xlabel("sparsity (share of inactive neurons)")
+        ax.set_ylabel("speedup over torch dense")
+        ax.set_title(f"{op} {dtype} batch {batch}", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    fig.suptitle(f"Fig. 16 sparse operators vs dense, MEASURED on {where} ({device}, "
+                 f"run {str(run.run_id)[:8]})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return save_figure("fig16", table, fig, out_dir)
+
+
+TARGET = Target(
+    name="fig16", figure=figure, simulated=False,
+    command=("bench-operators", "task.shapes=[4096x16384]", "task.dtypes=[fp32]",
+             "task.batches=[1]", "task.tag=_headline"),
+    command_quick=("task.quick=true",),
+    command_title="Sparse operators vs dense (measured on this machine's CPU)")
