@@ -59,6 +59,14 @@ class CpuSparseOps(SparseOps):
         """The paths this CPU can run, best first."""
         return list(torch.ops.powerbench_cpu.cpu_isas())
 
+    def select_isa(self, name: str | None) -> str:
+        """Switch every CPU kernel (this process) to path ``name`` (None: the best) and
+        return it; :class:`CpuIsaError` if unknown or unsupported. For side-by-side runs
+        of the paths (tests, benchmarks); the environment variable sets it at load."""
+        isa = choose_isa(requested_isa(name or "auto"), self.supported_isas())
+        torch.ops.powerbench_cpu.set_cpu_isa(isa)
+        return isa
+
     def _row(self, w, x, idx, scatter, bias, relu, check):
         return self._row_op(w, x, idx, bias, relu, scatter, check)
 
