@@ -1,4 +1,6 @@
-"""`powerbench bench-operators`: sparse operators vs torch dense, side by side (ops.bench)."""
+"""`powerbench bench-operators`: sparse operators vs the best dense kernel, side by side
+(powerbench.ops.bench); writes results/operators_<device>/operators<tag>.csv and .png and
+one MLflow run with the machine facts (CPU model, ISA path, load before and after)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,14 @@ from pathlib import Path
 
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig
-from powerbench.ops.bench import (
-    QUICK,
-    OperatorBenchConfig,
+from powerbench.ops.bench import QUICK, OperatorBenchConfig, run_benchmark
+from powerbench.ops.bench_report import (
+    format_table,
     load_average,
-    run_benchmark,
-    run_params,
+    machine_facts,
+    metrics_of,
     write_outputs,
 )
-from powerbench.ops.bench_report import format_table, metrics_of
 from powerbench.paths import results_dir
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
@@ -26,7 +27,8 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
     """The benchmark's own config from the task's options (unset options: its defaults)."""
     cfg = replace(QUICK if task.quick else OperatorBenchConfig(), device=task.device)
     chosen = {"shapes": task.shapes, "dtypes": task.dtypes, "batches": task.batches,
-              "sparsities": task.sparsities, "ops": task.ops, "backends": task.backends}
+              "sparsities": task.sparsities, "ops": task.ops, "backends": task.backends,
+              "isas": task.isas}
     cfg = replace(cfg, **{k: tuple(v) for k, v in chosen.items() if v})
     timing = {k: v for k, v in asdict(task.timing).items() if v is not None}
     cfg = replace(cfg, timing=replace(cfg.timing, **timing))
@@ -39,13 +41,23 @@ def bench_operators(task: BenchOperatorsTask, cfg: PowerbenchConfig, out_dir: Pa
     tag = task.tag if task.tag is not None else ("_quick" if task.quick else "")
     with torch_threads(task.threads):
         started, load_before = time.perf_counter(), load_average()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         rows, bandwidth = run_benchmark(bench, log=lambda line: print(line, flush=True))
-        elapsed = time.perf_counter() - started
-        print(format_table(rows))
-        outputs = write_outputs(rows, results, bench.device, tag, plot=task.plot)
-        params = run_params(bench, bandwidth, task.quick, elapsed, load_before)
-    print(f"# {len(rows)} rows in {elapsed:.0f} s; load before {load_before}, "
-          f"after {params['load_after']}; wrote {', '.join(str(p) for p in outputs)}")
+        elapsed, load_after = time.perf_counter() - started, load_average()
+        isa = next((r.isa for r in rows if r.backend == "ours_dense"), "")
+        facts = machine_facts(bench.device, isa)
+    print(f"# {stamp}, {elapsed:.0f} s; " + ", ".join(f"{k} {v}" for k, v in facts.items())
+          + f"; read probe {bandwidth.gbps:.1f} GB/s ({bandwidth.method}); "
+          f"load before {load_before}, after {load_after}")
+    print(format_table(rows))
+    outputs = write_outputs(rows, results, bench.device, tag, plot=task.plot)
+    print(f"# wrote {', '.join(str(p) for p in outputs)}")
+    params = {**facts, "started": stamp, "quick": task.quick, "elapsed_s": round(elapsed, 1),
+              "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
+              "load_before": load_before, "load_after": load_after,
+              "shapes": ",".join(bench.shapes), "dtypes": ",".join(bench.dtypes),
+              "batches": ",".join(map(str, bench.batches)),
+              "sparsities": ",".join(map(str, bench.sparsities))}
     tracker = build(cfg.tracking)
     with tracker.run(f"operators_{bench.device}{tag}", tags={"measured": "true"}):
         tracker.log_params(params)

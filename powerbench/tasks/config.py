@@ -101,10 +101,11 @@ class BenchOperatorsTask:
     sparsities: list[float] | None = None
     ops: list[str] | None = None
     backends: list[str] | None = None
+    isas: list[str] | None = None  # sparse_cpu ISA paths timed side by side (None: the loaded one)
     timing: TimingOptions = field(default_factory=TimingOptions)
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)
-    out_dir: str | None = None  # None: results/
+    out_dir: str | None = None  # None: results/ (files go to <out_dir>/operators_<device>/)
     tag: str | None = None  # file suffix (None: "_quick" with quick)
     plot: bool = True
 

@@ -20,24 +20,38 @@ TINY = ["task.shapes=[64x256]", "task.dtypes=[fp32,fp16]", "task.batches=[1,3]",
         "tracking=disabled"]
 
 
-def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, capsys, run_cli):
+def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, cpu_ops, capsys, run_cli):
     run_cli(["bench-operators", *TINY, f"task.out_dir={tmp_path}"])
-    with (tmp_path / "operators_cpu.csv").open() as fh:
+    out_dir = tmp_path / "operators_cpu"
+    with (out_dir / "operators.csv").open() as fh:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == COLUMNS == (
-            "device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
-            "dense_time_us", "speedup", "achieved_gbps", "bandwidth_gbps")
+            "device", "backend", "isa", "op", "shape", "dtype", "batch", "sparsity", "time_us",
+            "dense_kernel", "dense_time_us", "speedup", "achieved_gbps", "dense_gbps",
+            "bandwidth_gbps", "ideal_speedup", "dense_fraction")
         rows = list(reader)
-    # 2 dtypes x 2 batches x 4 ops x (1 dense + 2 sparsities x 2 backends)
-    assert len(rows) == 2 * 2 * 4 * 5
-    assert {r["backend"] for r in rows} == {"torch_dense", "sparse_torch", "sparse_cpu"}
+    # 2 dtypes x 2 batches x 4 ops x (2 dense kernels + 2 sparsities x 2 backends)
+    assert len(rows) == 2 * 2 * 4 * 6
+    assert {r["backend"] for r in rows} == {"torch_dense", "ours_dense", "sparse_torch",
+                                            "sparse_cpu"}
+    isa = cpu_ops.isa
     for r in rows:
         t, dense, speedup = float(r["time_us"]), float(r["dense_time_us"]), float(r["speedup"])
         assert t > 0 and dense > 0 and float(r["bandwidth_gbps"]) > 0
         assert math.isclose(speedup, dense / t, rel_tol=1e-3)
-    assert (tmp_path / "operators_cpu.png").stat().st_size > 10_000
+        assert r["dense_kernel"] in ("torch_dense", "ours_dense")
+        assert r["isa"] == (isa if r["backend"] in ("sparse_cpu", "ours_dense") else "")
+        gbps, dense_gbps = float(r["achieved_gbps"]), float(r["dense_gbps"])
+        assert math.isclose(float(r["dense_fraction"]), gbps / dense_gbps, rel_tol=1e-3)
+        assert math.isclose(float(r["ideal_speedup"]), 1 / (1 - float(r["sparsity"])),
+                            rel_tol=1e-3)
+    # the faster dense kernel is the reference: its own row's speedup is 1
+    best = [r for r in rows if r["backend"] == r["dense_kernel"]]
+    assert best and all(math.isclose(float(r["speedup"]), 1.0) for r in best)
+    assert (out_dir / "operators.png").stat().st_size > 10_000
     out = capsys.readouterr().out
-    assert "sparse_cpu us" in out and "speedup" in out
+    assert "sparse_cpu[" + isa + "] us" in out and "% dense GB/s" in out
+    assert f"isa {isa}" in out and "load before" in out
 
 
 def test_touched_bytes_counts_active_rows_only():
@@ -84,4 +98,19 @@ def test_torch_only_script_runs_without_hydra(tmp_path, backends):
     argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
             "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
     assert script["main"](argv) == 0
-    assert (tmp_path / "operators_cpu.csv").exists()
+    assert (tmp_path / "operators_cpu" / "operators.csv").exists()
+
+
+def test_isa_paths_side_by_side(tmp_path, cpu_ops, run_cli):
+    """task.isas times the compiled backend on several paths in one run, then restores."""
+    before = cpu_ops.isa
+    run_cli(["bench-operators", "task.shapes=[64x256]", "task.dtypes=[fp16]",
+             "task.batches=[1]", "task.sparsities=[0.5]", "task.ops=[row]",
+             "task.backends=[sparse_cpu]", "task.isas=[avx2,portable]", "task.timing.warmup=0",
+             "task.timing.reps=1", "task.timing.min_time_s=0", "task.timing.flush_mb=0",
+             "task.bandwidth_mb=16", "task.plot=false", "tracking=disabled",
+             f"task.out_dir={tmp_path}"])
+    with (tmp_path / "operators_cpu" / "operators.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["isa"] for r in rows if r["backend"] == "sparse_cpu"] == ["avx2", "portable"]
+    assert cpu_ops.isa == before
