@@ -237,9 +237,8 @@ class _Case:
 def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: LayerData,
                 x: torch.Tensor, coeffs: torch.Tensor, contenders: list[Contender],
                 dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
-                log: Callable[[str], None]) -> list[ResultRow]:
+                home: str, log: Callable[[str], None]) -> list[ResultRow]:
     switch = len({c.isa for c in contenders if c.isa}) > 1
-    home = loaded_isa(contenders)
     cpu = next((c for c in contenders if c.isa), None)
     dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
     if switch and cpu is not None and OURS_DENSE in dense_calls:  # ours_dense on the home path
@@ -287,9 +286,9 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
     contenders = make_contenders(cfg)
     dense = dense_kernels(cfg)
     bandwidth = measure_bandwidth(cfg)
+    home = loaded_isa(contenders)
     log(f"# device={cfg.device} threads={torch.get_num_threads()} "
-        f"read probe={bandwidth.gbps:.1f} GB/s ({bandwidth.method}) "
-        f"isa={loaded_isa(contenders) or '-'}")
+        f"read probe={bandwidth.gbps:.1f} GB/s ({bandwidth.method}) isa={home or '-'}")
     timer = Timer(cfg.device, cfg.timing)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[ResultRow] = []
@@ -308,10 +307,9 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                         for op in cfg.ops:
                             case = _Case(op, shape, dtype_name, batch, d_model, d_ffn, es)
                             rows += _measure_op(case, cfg, timer, layer, x, coeffs, contenders,
-                                                dense, bandwidth, gen, log)
+                                                dense, bandwidth, gen, home, log)
                     del layer
     finally:
-        home = loaded_isa(contenders)
         if home:  # back on the path chosen at load
             next(c for c in contenders if c.isa).ops.select_isa(home)  # type: ignore[attr-defined]
     return rows, bandwidth
