@@ -61,4 +61,9 @@ inline float vhsum(V a) {
   sh = _mm_movehl_ps(sh, lo);
   return _mm_cvtss_f32(_mm_add_ss(lo, sh));
 }
-inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+#ifndef PBOPS_PREFETCH_HINT
+#define PBOPS_PREFETCH_HINT _MM_HINT_T1  // into L2: the loads that follow bring lines to L1
+#endif
+inline void prefetch_l2(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), PBOPS_PREFETCH_HINT);
+}

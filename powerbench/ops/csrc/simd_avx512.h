@@ -5,7 +5,10 @@ struct V {
   __m512 v;
 };
 constexpr int kW = 16;         // fp32 lanes
-constexpr int kRowGroup = 4;   // rows streamed together per thread (see sparse_cpu_kernels_impl.h)
+#ifndef PBOPS_ROW_GROUP
+#define PBOPS_ROW_GROUP 4
+#endif
+constexpr int kRowGroup = PBOPS_ROW_GROUP;  // rows streamed together per thread (see sparse_cpu_kernels_impl.h)
 
 inline V vzero() { return {_mm512_setzero_ps()}; }
 inline V vset1(float a) { return {_mm512_set1_ps(a)}; }
@@ -55,4 +58,9 @@ inline V vpow2n(V n) {
   return {_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
 }
 inline float vhsum(V a) { return _mm512_reduce_add_ps(a.v); }
-inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+#ifndef PBOPS_PREFETCH_HINT
+#define PBOPS_PREFETCH_HINT _MM_HINT_T1  // into L2: the loads that follow bring lines to L1
+#endif
+inline void prefetch_l2(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), PBOPS_PREFETCH_HINT);
+}
