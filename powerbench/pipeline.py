@@ -124,7 +124,7 @@ def stage_placement(ctx: RunContext, loaded, profile, hardware,
 
 
 def stage_predictors(ctx: RunContext, loaded, profile, split):
-    from powerbench.predictor import prepare_predictors
+    from powerbench.evaluation.predictor_stage import prepare_predictors
 
     predictors, metrics, files = prepare_predictors(
         ctx.cfg.predictor, loaded, profile, ctx.cache, ctx.out_dir,

@@ -19,7 +19,7 @@ from powerbench.config.schema import PowerbenchConfig
 GROUP_MODULES: dict[str, tuple[str, ...]] = {
     "model": ("powerbench.model.config",),
     "dataset": ("powerbench.dataset.config",),
-    "engine": ("powerbench.engine.config",),
+    "engine": ("powerbench.engine.config", "powerbench.flash.config"),
     "simulator": ("powerbench.simulator.config", "powerbench.simulator.phone_config"),
     "task": ("powerbench.tasks.config",),
     "tracking": ("powerbench.tracking.config",),

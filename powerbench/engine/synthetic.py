@@ -46,8 +46,8 @@ from powerbench.engine.weights import (
     ReluFFNWeights,
     RopeWeights,
 )
-from powerbench.flash.bench import TraceActiveSets
 from powerbench.model.spec import FFNKind, ModelSpec
+from powerbench.profiling.active_traces import TraceActiveSets
 
 DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
 OPT_POS_OFFSET = 2  # OPT's learned positions start at index 2

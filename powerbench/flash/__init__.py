@@ -10,7 +10,6 @@
 Needs torch and numpy only.
 """
 
-from powerbench.flash.cache import CacheStats, SegmentedNeuronCache, SegmentPlan, plan_segments
 from powerbench.flash.ffn import FlashFFN
 from powerbench.flash.layout import (
     LayoutError,
@@ -22,6 +21,12 @@ from powerbench.flash.layout import (
     write_layout,
 )
 from powerbench.flash.reader import DirectReader, aligned_buffer
+from powerbench.solver.neuron_cache import (
+    CacheStats,
+    SegmentedNeuronCache,
+    SegmentPlan,
+    plan_segments,
+)
 
 __all__ = [
     "CacheStats",

@@ -2,7 +2,7 @@
 
 The FFN weights live in a file (`powerbench.flash.layout`, bundled and cluster-aligned by
 default), written once from the model's weights and reused while it checks out. DRAM
-holds a segmented neuron cache (`powerbench.flash.cache`) of `dram_budget_gb` (or
+holds a segmented neuron cache (`powerbench.solver.neuron_cache`) of `dram_budget_gb` (or
 `dram_budget_fraction` of the FFN's weight bytes): a pinned hot segment, chosen from the
 `ActivationProfile` counts when a `profile` is offered (else the whole budget is LRU),
 and per-layer LRU segments, warm-started (`preload_lru`) with each layer's next most
@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from powerbench.flash.cache import SegmentedNeuronCache, plan_segments
 from powerbench.flash.layout import (
     Verify,
     ensure_layout,
@@ -52,6 +51,7 @@ from powerbench.flash.pipeline import LayerPipeline
 from powerbench.flash.reader import DirectReader
 from powerbench.ops import get_backend
 from powerbench.predictor.replay import ReplayedActiveSets
+from powerbench.solver.neuron_cache import SegmentedNeuronCache, plan_segments
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Unit costs of the measured flash engine's own layer path on this machine (a
-microbenchmark for `powerbench.flash.predict_local`), cached next to the `local` profile.
+microbenchmark for `powerbench.measure.flash_prediction`), cached next to the `local` profile.
 
 The replay predicts what `engine=flash` reads (bytes, hit rates within 0.2%), but a layer
 call also costs the engine's planning (cache lookup, read plans, submitting the reads),
@@ -50,12 +50,12 @@ import torch
 
 from powerbench.flash.bench import (
     BenchShape,
-    TraceActiveSets,
     synthetic_profile_for,
     synthetic_weights,
 )
 from powerbench.hardware.local import fingerprint
 from powerbench.paths import cache_dir
+from powerbench.profiling.active_traces import TraceActiveSets
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,20 @@ class EngineCosts:
                 + self.per_task_s * self.tasks(misses))
 
 
-ENGINE_SOURCES = ("ffn.py", "cache.py", "pipeline.py", "reader.py", "aio.py", "layout.py",
-                  "overheads.py")
+def engine_sources() -> list[Path]:
+    """Every source file of the flash engine (its Python, its C++, and the cache policy)."""
+    root = Path(__file__).resolve().parent
+    policy = root.parent / "solver" / "neuron_cache.py"
+    return sorted(root.glob("*.py")) + sorted((root / "csrc").glob("*.cpp")) + [policy]
 
 
 def engine_version(**kwargs: object) -> str:
     """Hash of the flash engine's source files and the microbenchmark's arguments: cached
     unit costs of another engine version (or another measurement) are not reused."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    for name in ENGINE_SOURCES:
-        h.update(name.encode())
-        h.update((root / name).read_bytes())
+    for path in engine_sources():
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     h.update(json.dumps(kwargs, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 

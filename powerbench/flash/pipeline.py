@@ -27,13 +27,13 @@ from torch import Tensor
 
 from powerbench.flash import plan as flash_plan
 from powerbench.flash.aio import AioContext, ScatterReads
-from powerbench.flash.cache import SegmentedNeuronCache
 from powerbench.flash.layout import ALIGN, LayoutGeometry, LayoutHeader
 from powerbench.flash.plan import LayerPlanner
 from powerbench.flash.reader import DirectReader, ReadPlan, aligned_buffer
 from powerbench.flash.uring import UringScatter
 from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
+from powerbench.solver.neuron_cache import SegmentedNeuronCache
 
 
 def _int64_numpy(ids: Tensor) -> np.ndarray:

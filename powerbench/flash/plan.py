@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from powerbench.flash.cache import SegmentedNeuronCache
+from powerbench.solver.neuron_cache import SegmentedNeuronCache
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "flash_plan.cpp"

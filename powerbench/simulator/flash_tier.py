@@ -6,7 +6,7 @@ FFN stays in DRAM:
 
     segmented   PowerInfer-2 / LLM-in-a-Flash: clusters of `cluster_neurons` neurons; a
                 pinned hot set per layer and an LRU share per layer (the policy of the
-                measured engine, powerbench.flash.cache.SegmentedNeuronCache, is replayed
+                measured engine, powerbench.solver.neuron_cache.SegmentedNeuronCache, is replayed
                 here on the profile's per-token traces). A token reads the clusters of its
                 computed neurons that are not resident, one read per cluster and matrix
                 group (`reads_per_neuron`: 1 = gate, up and down bundled; 3 = separate).
@@ -28,45 +28,19 @@ across the threads. Bytes / s paged in: `mmap_bandwidth`.
 `replay` gives per decode step and layer the reads and bytes (FlashTraffic), and for an
 optional prompt pass before them the bytes its computed neurons miss (a segmented cache
 only looks them up: the prompt streams them past the cache; the page cache admits them);
-`flash_seconds` turns them into read time with powerbench.simulator.flash_io.FlashRates.
+`flash_seconds` turns them into read time with powerbench.hardware.flash_rates.FlashRates.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
-from powerbench.flash.cache import SegmentedNeuronCache, SegmentPlan
-from powerbench.simulator.flash_io import FlashRates
+from powerbench.hardware.flash_rates import FlashRates
 from powerbench.simulator.page_cache import PageCacheLRU
-
-
-class FlashPolicy(StrEnum):
-    segmented = "segmented"
-    mmap = "mmap"
-
-
-@dataclass(frozen=True)
-class FlashPlan:
-    """What of the FFN is resident in DRAM and how the rest is laid out in flash."""
-
-    policy: FlashPolicy
-    cluster_neurons: int  # neurons per cluster (the caching and read unit)
-    segments: SegmentPlan  # hot cluster ids per layer + LRU slots per layer
-    neuron_bytes: float  # all matrices of one neuron (gate + up + down)
-    reads_per_neuron: int = 1  # 1: bundled; else one read per matrix group
-    block_bytes: float = 128 * 1024.0  # mmap: bytes per (readahead) read
-    io_core: str = "big"  # class of the core(s) issuing the reads
-    io_cores: int = 1  # cores issuing reads at once (one UFS command queue)
-    warm_tokens: int = 64  # trace tokens replayed before the measured steps (not counted)
-    page_cache_units: int = 0  # mmap: blocks (of cluster_neurons) the LRU page cache holds
-    fault_s: float = 0.0  # mmap: kernel CPU seconds per readahead window paged in
-
-    @property
-    def cluster_bytes(self) -> float:
-        return self.cluster_neurons * self.neuron_bytes
+from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
+from powerbench.solver.neuron_cache import SegmentedNeuronCache
 
 
 @dataclass

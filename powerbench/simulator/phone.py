@@ -31,16 +31,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from powerbench.hardware.flash_rates import LARGE_BLOCK, FlashRates
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.hardware.load import load_hardware
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.activation_profile import ActivationProfile
 from powerbench.simulator.config import ComputeMode
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
-from powerbench.simulator.flash_io import LARGE_BLOCK, FlashRates
 from powerbench.simulator.flash_tier import (
-    FlashPlan,
-    FlashPolicy,
     FlashTraffic,
     first_read_seconds,
     flash_seconds,
@@ -52,6 +50,7 @@ from powerbench.simulator.rates import CPU, _unit_flops
 from powerbench.simulator.result import SimResult, breakdown_frame
 from powerbench.simulator.simulate import _work, bench_lengths, predictor_inputs
 from powerbench.simulator.workload import _moe_routed, token_groups
+from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
 from powerbench.solver.placement import Placement
 
 

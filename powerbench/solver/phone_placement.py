@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from powerbench.profiling.activation_profile import ActivationProfile
-from powerbench.simulator.flash_tier import FlashPlan
+from powerbench.solver.flash_plan import FlashPlan
 from powerbench.solver.placement import Placement
 
 CLASS_CODE = {"big": 0.0, "mid": 1.0, "little": 2.0}

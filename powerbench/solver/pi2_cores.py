@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from powerbench.hardware.flash_rates import CORE_CLASSES
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.model.spec import bytes_per_param
-from powerbench.simulator.flash_io import CORE_CLASSES
 from powerbench.solver.pi2_config import PI2PlannerConfig
 from powerbench.solver.problem import PlacementProblem
 

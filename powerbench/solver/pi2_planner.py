@@ -30,10 +30,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from powerbench.flash.cache import SegmentPlan, plan_segments
+from powerbench.hardware.flash_rates import FlashRates
 from powerbench.hardware.hardware_profile import GB
-from powerbench.simulator.flash_io import FlashRates
-from powerbench.simulator.flash_tier import FlashPlan, FlashPolicy
+from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
+from powerbench.solver.neuron_cache import SegmentPlan, plan_segments
 from powerbench.solver.phone_placement import CorePlan, PhonePlacement
 from powerbench.solver.pi2_config import Bundle, PI2PlannerConfig, PlanStrategy
 from powerbench.solver.pi2_cores import (

@@ -23,11 +23,11 @@ from powerbench.config import PowerbenchConfig, as_container
 from powerbench.engine import build_engine, build_prompt_batch, run_engine
 from powerbench.engine.hybrid import require_cuda
 from powerbench.hardware import load_hardware
+from powerbench.measure.op_counts import count_ops
+from powerbench.measure.twin import BYTES, compare
 from powerbench.predictor import build_predictors
 from powerbench.simulator import simulate
 from powerbench.simulator.config import PrefillConfig, PrefillMode, SimulatorConfig
-from powerbench.simulator.op_counts import count_ops
-from powerbench.simulator.twin import BYTES, compare
 from powerbench.solver import solve
 from powerbench.tasks.config import HybridLocalTask
 from powerbench.tasks.inputs import model_inputs

@@ -3,7 +3,7 @@
 For each engine in `task.engines` (default `dense` and `sparse_cpu`) on the experiment's
 model (default `tiny_relu`): measure it in `task.rounds` rounds with calibrations of the
 local profile's CPU rates before, between and after them, simulate its twin (see
-powerbench.simulator.twin), log one MLflow run per (engine, hardware variant) with the
+powerbench.measure.twin), log one MLflow run per (engine, hardware variant) with the
 measured metrics, the sim_* metrics and the errors, and redraw results/validation_local.*.
 conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu,
 predictor=fixed (sparse engines), bench.repeats=3, experiment `validation_local`.
@@ -25,10 +25,10 @@ from powerbench.config import PowerbenchConfig, as_container, group_config
 from powerbench.engine.base import TORCH_DTYPES
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.measure.calibration import calibrate_local
+from powerbench.measure.twin import EngineValidation, summary_table, validate_engine
 from powerbench.model.spec import WeightDType
 from powerbench.predictor import build_predictors
-from powerbench.simulator.calibration import calibrate_local
-from powerbench.simulator.twin import EngineValidation, summary_table, validate_engine
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
 from powerbench.tasks.inputs import model_inputs

@@ -10,7 +10,7 @@ statistics; `TraceReplay`, an oracle that costs nothing). The twin gets the same
 (the kept layers, their traces: the same per-token sets) and is told the predictor is an
 exact, free oracle. Measured in interleaved rounds with calibrations of the local CPU rates
 at this model's working set and shapes before, between and after them
-(`powerbench.simulator.twin.validate_decoders`); the decode error is against each engine's
+(`powerbench.measure.twin.validate_decoders`); the decode error is against each engine's
 median over the rounds. Rows are APPENDED to results/validation_realsize.csv (one
 `validation_batch` per invocation) and one MLflow run per (engine, hardware variant) is
 logged to experiment `validation_realsize` (never to validation_local's figure).
@@ -30,9 +30,9 @@ from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.measure.calibration import calibrate_local
+from powerbench.measure.twin import EngineValidation, summary_table, validate_decoders
 from powerbench.paths import results_dir
-from powerbench.simulator.calibration import calibrate_local
-from powerbench.simulator.twin import EngineValidation, summary_table, validate_decoders
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
 

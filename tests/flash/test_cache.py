@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powerbench.flash.cache import SegmentedNeuronCache, SegmentPlan, plan_segments
+from powerbench.solver.neuron_cache import SegmentedNeuronCache, SegmentPlan, plan_segments
 
 
 def cache(hot: list[list[int]], lru: list[int], units: int = 10) -> SegmentedNeuronCache:

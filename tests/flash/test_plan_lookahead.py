@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from powerbench.flash import plan as flash_plan
-from powerbench.flash.cache import SegmentedNeuronCache, plan_segments
+from powerbench.solver.neuron_cache import SegmentedNeuronCache, plan_segments
 from tests.flash.conftest import TrueMask
 from tests.flash.test_flash_ffn import flash, fp16_weights, run_both
 
@@ -119,7 +119,8 @@ def test_io_uring_reads_equal_sparse_ffn(tmp_path):
 
 
 def test_trace_lookahead_stand_in_has_its_recall():
-    from powerbench.flash.bench import BenchShape, TraceActiveSets, synthetic_profile_for
+    from powerbench.flash.bench import BenchShape, synthetic_profile_for
+    from powerbench.profiling.active_traces import TraceActiveSets
 
     shape = BenchShape(n_layers=3, d_model=64, d_ffn=2048)
     sets = TraceActiveSets(synthetic_profile_for(shape, 40))

@@ -6,12 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powerbench.flash.cache import SegmentPlan
+from powerbench.hardware.flash_rates import KB, FlashRates
 from powerbench.simulator.config import ComputeMode
-from powerbench.simulator.flash_io import KB, FlashRates
 from powerbench.simulator.flash_tier import (
-    FlashPlan,
-    FlashPolicy,
     first_read_seconds,
     flash_seconds,
     mmap_bandwidth,
@@ -19,6 +16,8 @@ from powerbench.simulator.flash_tier import (
 )
 from powerbench.simulator.page_cache import PageCacheLRU
 from powerbench.simulator.phone import computed_masks
+from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
+from powerbench.solver.neuron_cache import SegmentPlan
 from tests.simulator.factories import make_profile, make_spec
 
 RATES = FlashRates(seq_4k=0.45e9, seq_512k=4e9, rand_512k=3.5e9,

@@ -1,4 +1,4 @@
-"""powerbench.flash.predict_local: the bench-flash report is parsed, and the flash tier's
+"""powerbench.measure.flash_prediction: the bench-flash report is parsed, and the flash tier's
 replay of the benchmark's workload gives its traffic."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from powerbench.flash.bench import BenchShape
 from powerbench.flash.overheads import EngineCosts, robust_fit
-from powerbench.flash.predict_local import parse_report, predict
+from powerbench.measure.flash_prediction import parse_report, predict
 
 REPORT = Path(__file__).resolve().parents[2] / "results" / "flash_bench.txt"
 

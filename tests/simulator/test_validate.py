@@ -8,10 +8,10 @@ import torch
 
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.weights import extract_weights
-from powerbench.simulator.calibration import calibrate_local
+from powerbench.measure.calibration import calibrate_local
+from powerbench.measure.op_counts import OpCounter, count_ops
+from powerbench.measure.twin import compare, twin_config
 from powerbench.simulator.config import ComputeMode, OpCounts, PrefillMode
-from powerbench.simulator.op_counts import OpCounter, count_ops
-from powerbench.simulator.twin import compare, twin_config
 
 from .factories import make_hardware
 from .factories import opt_model as _opt
@@ -78,7 +78,7 @@ def test_errors_are_relative_to_measurement():
 def test_two_calibrations_average_in_time():
     from dataclasses import replace
 
-    from powerbench.simulator.calibration import time_average
+    from powerbench.measure.calibration import time_average
 
     base = make_hardware(gpu_bw=None)
     a = replace(base, units={"cpu": replace(base.cpu, effective_bw=10e9, effective_flops=1e9)},
@@ -94,7 +94,7 @@ def test_two_calibrations_average_in_time():
 def test_validate_engine_compares_each_round_with_its_neighbouring_calibrations(tiny_model):
     from powerbench.config.schema import BenchConfig
     from powerbench.engine.config import DecoderEngineConfig
-    from powerbench.simulator.twin import validate_engine
+    from powerbench.measure.twin import validate_engine
     from powerbench.solver import solve
     from powerbench.solver.config import AllCPUConfig
 

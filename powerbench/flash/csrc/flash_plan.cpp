@@ -1,6 +1,6 @@
 // One layer call's planning for the flash engine (powerbench/flash/plan.py), in one call:
 // the cache lookup and the LRU admission of SegmentedNeuronCache (lookup_slots + admit,
-// powerbench/flash/cache.py, the same policy), the arena row of every active neuron and
+// powerbench/solver/neuron_cache.py, the same policy), the arena row of every active neuron and
 // the fc1 biases of the admitted clusters. Plain C ABI (ctypes), no Python per neuron.
 #include <algorithm>
 #include <cstdint>

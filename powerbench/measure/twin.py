@@ -39,7 +39,8 @@ import torch
 
 from powerbench.engine.config import EngineConfig
 from powerbench.hardware.hardware_profile import HardwareProfile
-from powerbench.simulator.calibration import time_average
+from powerbench.measure.calibration import time_average
+from powerbench.measure.op_counts import count_ops
 from powerbench.simulator.config import (
     ComputeMode,
     OpCounts,
@@ -47,7 +48,6 @@ from powerbench.simulator.config import (
     PrefillMode,
     SimulatorConfig,
 )
-from powerbench.simulator.op_counts import count_ops
 from powerbench.threads import torch_threads
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
@@ -254,8 +254,8 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
     calibrations before, between and after the rounds. Each decoder's measured metrics are
     medians over all its timed generations (with repeats=1: the median over rounds);
     `predictors[name]` is what its twin is told about its predictor (None: dense)."""
-    from powerbench.engine.bench_decode import rotation
     from powerbench.engine.timing import summarize
+    from powerbench.measure.harness import rotation
     from powerbench.simulator.simulate import simulate
 
     predictors = predictors or {}

@@ -1,5 +1,5 @@
 """Calibration microbenchmarks: the `local` profile's CPU rates re-measured at a model's
-shapes (see powerbench.simulator.twin for how validation uses them)."""
+shapes (see powerbench.measure.twin for how validation uses them)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from powerbench.hardware.hardware_profile import HardwareProfile
-from powerbench.simulator.op_counts import OpCounter
+from powerbench.measure.op_counts import OpCounter
 from powerbench.threads import torch_threads
 
 

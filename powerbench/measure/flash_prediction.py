@@ -1,7 +1,7 @@
 """The simulator's flash tier predicting the measured `engine=flash` benchmark on this
 machine (`powerbench bench-flash`, results/flash_bench.txt), at its DRAM budgets.
 
-    python -m powerbench.flash.predict_local [results/flash_bench.txt] [out.csv] [mean|median]
+    python -m powerbench.measure.flash_prediction [results/flash_bench.txt] [out.csv] [mean|median]
 
 Same workload as the benchmark: OPT-1.3B-shaped FFNs (fp16, one 8 KB bundled neuron per
 cluster), the synthetic OPT profile with the benchmark's seed and trace length, hot share
@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from powerbench.flash.bench import BenchShape, synthetic_profile_for
-from powerbench.flash.cache import plan_segments
 from powerbench.flash.overheads import EngineCosts, engine_costs
-from powerbench.simulator.flash_tier import FlashPlan, FlashPolicy, replay
+from powerbench.simulator.flash_tier import replay
+from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
+from powerbench.solver.neuron_cache import plan_segments
 
 WARMUP, TOKENS, ROUNDS, HOT, SEED = 16, 32, 3, 0.5, 0  # run_flash_bench's defaults
 

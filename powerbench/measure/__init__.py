@@ -1,0 +1,1 @@
+"""Measurement: the one benchmark harness, and simulated-vs-measured comparisons."""
