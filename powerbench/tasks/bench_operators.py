@@ -1,26 +1,32 @@
 """`powerbench bench-operators`: sparse operators vs the best dense kernel, side by side
-(powerbench.ops.bench); writes results/operators_<device>/operators<tag>.csv and .png and
-one MLflow run with the machine facts (CPU model, ISA path, load before and after)."""
+(powerbench.ops.bench).
+
+Reports through the measurement harness (study `operators_<device>`): the table with the
+machine (CPU model, ISA), the load window and the command, a CSV and JSON plus the speedup
+PNG in the run directory, one MLflow run; `task.publish=true` also writes
+results/operators_<device>/. The notes give the read probe, the ISA path the compiled
+kernels ran, and each batch-1 contender against the operator targets.
+"""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from powerbench.build import build
 from powerbench.config import PowerbenchConfig
-from powerbench.ops.bench import QUICK, OperatorBenchConfig, run_benchmark
-from powerbench.ops.bench_report import (
-    format_table,
-    load_average,
-    machine_facts,
-    metrics_of,
-    write_outputs,
-)
-from powerbench.paths import results_dir
+from powerbench.measure.harness import Report, run_benchmark
+from powerbench.ops.bench import QUICK, OperatorBenchConfig
+from powerbench.ops.bench import run_benchmark as measure_operators
+from powerbench.ops.bench_report import plot_speedup, record, target_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
+
+KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
+SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
+         "dense_time_us", "speedup", "ideal_speedup", "achieved_gbps", "dense_gbps",
+         "dense_fraction", "bandwidth_fraction")
+METRICS = ("time_us", "dense_time_us", "speedup", "achieved_gbps", "dense_gbps",
+           "dense_fraction")
 
 
 def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
@@ -35,35 +41,34 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
     return replace(cfg, bandwidth_mb=task.bandwidth_mb) if task.bandwidth_mb else cfg
 
 
-def bench_operators(task: BenchOperatorsTask, cfg: PowerbenchConfig, out_dir: Path) -> list:
+def bench_operators(task: BenchOperatorsTask, cfg: PowerbenchConfig,
+                    out_dir: Path) -> list[Report]:
+    return run_benchmark(cfg, out_dir, lambda: measure(task, out_dir), task.publish)
+
+
+def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
     bench = operator_bench_config(task)
-    results = Path(task.out_dir) if task.out_dir else results_dir()
-    tag = task.tag if task.tag is not None else ("_quick" if task.quick else "")
-    with torch_threads(task.threads):
-        started, load_before = time.perf_counter(), load_average()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        rows, bandwidth = run_benchmark(bench, log=lambda line: print(line, flush=True))
-        elapsed, load_after = time.perf_counter() - started, load_average()
-        isa = next((r.isa for r in rows if r.backend == "ours_dense"), "")
-        facts = machine_facts(bench.device, isa)
-    print(f"# {stamp}, {elapsed:.0f} s; " + ", ".join(f"{k} {v}" for k, v in facts.items())
-          + f"; read probe {bandwidth.gbps:.1f} GB/s ({bandwidth.method}); "
-          f"load before {load_before}, after {load_after}")
-    print(format_table(rows))
-    outputs = write_outputs(rows, results, bench.device, tag, plot=task.plot)
-    print(f"# wrote {', '.join(str(p) for p in outputs)}")
-    params = {**facts, "started": stamp, "quick": task.quick, "elapsed_s": round(elapsed, 1),
-              "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
-              "load_before": load_before, "load_after": load_after,
-              "shapes": ",".join(bench.shapes), "dtypes": ",".join(bench.dtypes),
-              "batches": ",".join(map(str, bench.batches)),
-              "sparsities": ",".join(map(str, bench.sparsities))}
-    tracker = build(cfg.tracking)
-    with tracker.run(f"operators_{bench.device}{tag}", tags={"measured": "true"}):
-        tracker.log_params(params)
-        tracker.log_metrics(metrics_of(rows))
-        for path in outputs:
-            tracker.log_artifact(path)
-    if tracker.enabled:
-        print(f"# logged to MLflow experiment '{tracker.experiment}', run {tracker.run_id}")
-    return rows
+    name = "operators" + (task.tag if task.tag is not None else ("_quick" if task.quick else ""))
+    with torch_threads(task.threads) as threads:
+        rows, bandwidth = measure_operators(bench, log=lambda line: print(line, flush=True))
+    isa = next((r.isa for r in rows if r.backend == "ours_dense"), "") or "-"
+    figure = []
+    if task.plot:
+        figure.append(plot_speedup(rows, Path(out_dir) / f"{name}.png"))
+    dense = sorted({r.dense_kernel for r in rows})
+    return Report(
+        study=f"operators_{bench.device}", name=name, rows=[record(r) for r in rows], key=KEY,
+        columns=SHOWN, metrics=METRICS,
+        title=f"sparse operators vs the best dense kernel ({bench.device}, measured)",
+        notes=[f"read probe (STREAM-like sum, all threads): {bandwidth.gbps:.1f} GB/s "
+               f"({bandwidth.method}); compiled CPU kernels on ISA path {isa}; {threads} "
+               f"thread(s)",
+               f"dense = the faster of torch_dense (torch.matmul) and ours_dense (our dense "
+               f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
+               "speedup = dense time / sparse time, interleaved in the same run; ideal = "
+               "1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s",
+               *target_notes(rows)],
+        params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},
+                "isa": isa, "bandwidth_gbps": round(bandwidth.gbps, 2),
+                "bandwidth_method": bandwidth.method},
+        extra_files=figure)

@@ -89,7 +89,7 @@ class TimingOptions:
 
 @dataclass
 class BenchOperatorsTask:
-    """Sparse operators vs torch dense, side by side (powerbench.ops.bench)."""
+    """Sparse operators vs the best dense kernel, side by side (powerbench.ops.bench)."""
 
     _target_: str = "powerbench.tasks.bench_operators.bench_operators"
     name: str = "bench_operators"
@@ -105,9 +105,9 @@ class BenchOperatorsTask:
     timing: TimingOptions = field(default_factory=TimingOptions)
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)
-    out_dir: str | None = None  # None: results/ (files go to <out_dir>/operators_<device>/)
-    tag: str | None = None  # file suffix (None: "_quick" with quick)
+    tag: str | None = None  # report name suffix (None: "_quick" with quick)
     plot: bool = True
+    publish: bool = False  # also write the report into results/operators_<device>/
 
 
 @dataclass
