@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 experiments/bench_operators.py [--quick] [--device cuda] [...]
 
-Writes results/operators_<device>[_quick].csv and .png, no MLflow run. With the project
+Writes results/operators_<device>/operators[_quick].csv and .png, no MLflow run. With the project
 installed, `powerbench bench-operators [task.quick=true] [task.device=cuda]` is the same
 benchmark as a Hydra task (run dir, --multirun, MLflow). Both run powerbench.ops.bench.
 """
@@ -20,16 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from powerbench.ops.bench import (  # noqa: E402
-    DTYPES,
-    OPS,
-    QUICK,
-    OperatorBenchConfig,
-    load_average,
-    run_benchmark,
-    write_outputs,
-)
-from powerbench.ops.bench_report import format_table  # noqa: E402
+from powerbench.ops.bench import DTYPES, OPS, QUICK, OperatorBenchConfig, run_benchmark  # noqa: E402
+from powerbench.ops.bench_report import load_average, target_notes, write_outputs  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = config_from_args(args)
     started, load_before = time.perf_counter(), load_average()
     rows, _ = run_benchmark(cfg, log=lambda line: print(line, flush=True))
-    print(format_table(rows))
+    print("\n".join(target_notes(rows)))
     outputs = write_outputs(rows, args.out_dir, cfg.device, "_quick" if args.quick else "",
                             plot=not args.no_plot)
     print(f"# {len(rows)} rows in {time.perf_counter() - started:.0f} s; load before "

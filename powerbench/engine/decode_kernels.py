@@ -6,7 +6,8 @@ its rotary embedding, KV-cache writes, scaled-dot-product attention and the resh
 around them about twenty more; each costs a few microseconds of dispatch and does almost
 no arithmetic; a gated FFN's chunk, activation and product are four more. On SmolLM2-135M
 (fp16, one thread) everything outside the matrix products took ~13 ms of a ~42 ms step. `decode_kernels()` returns the C++ versions from the CPU
-extension (`csrc/decode_cpu_kernels.cpp`, one call each; rounding where the torch chain
+extension (`csrc/decode_cpu_kernels_impl.h`, on the CPU's ISA path, vectorised: rotary
+embedding, RMSNorm scaling and SiLU in registers; one call each; rounding where the torch chain
 rounds, see there), or None where they do not apply (not a CPU, extension unavailable),
 and the decoder then keeps the torch chain. Prompts (several new tokens) and padded
 batches always take the torch chain for attention.

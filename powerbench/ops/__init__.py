@@ -10,7 +10,7 @@ dtypes) and :mod:`powerbench.ops.weights` to prepare HF weights once.
 Importing this package needs torch only; extensions are built on first use.
 """
 
-from powerbench.ops.errors import BackendUnavailable
+from powerbench.ops.errors import BackendUnavailable, CpuIsaError
 from powerbench.ops.interface import Active, SparseOps, Threshold
 from powerbench.ops.registry import BACKENDS, available_backends, clear_cache, get_backend
 from powerbench.ops.weights import (
@@ -27,6 +27,7 @@ __all__ = [
     "GATED_KINDS",
     "Active",
     "BackendUnavailable",
+    "CpuIsaError",
     "GatedFFNWeights",
     "PredictorWeights",
     "ReluFFNWeights",

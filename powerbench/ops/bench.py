@@ -1,12 +1,15 @@
-"""Operator benchmark: sparse backends against torch dense, measured side by side.
+"""Operator benchmark: sparse backends against the best dense kernel, measured side by side.
 
 For every shape (``d_model x d_ffn``), storage dtype, batch, op and sparsity it times each
-sparse backend and ``torch.matmul`` on the full matrices in the same run, calls interleaved
-(dense, sparse, dense, sparse, ...; medians after warm-up, cache flushed before each call,
-see :mod:`powerbench.ops.bench_timing`); each row's ``dense_time_us`` is the median of the
-dense calls interleaved with that row's sparse calls, the ``torch_dense`` row the median of
-all of them. The machine's memory bandwidth is measured first; achieved GB/s is reported on
-the bytes actually touched (active weight rows plus activations).
+sparse backend and the dense kernels on the full matrices in the same run: ``torch.matmul``
+(``torch_dense``) and, on the CPU, our own dense kernel (``ours_dense``, the decoder's
+``linear``), calls interleaved (dense, dense, sparse, dense, dense, sparse, ...; medians after
+warm-up, cache flushed before each call, see :mod:`powerbench.ops.bench_timing`). "Dense"
+for a (op, dtype, batch) is whichever dense kernel is faster over all its calls; each row's
+``dense_time_us`` is that kernel's median over the calls interleaved with the row's own.
+A STREAM-like read probe runs first; achieved GB/s is reported on the bytes actually
+touched (active weight rows plus activations), beside the dense kernel's GB/s on its bytes
+and the ideal speedup 1 / (1 - s) of reading a fraction 1 - s of the rows at its bandwidth.
 
 Data are built so that every neuron in the active set is truly active (x >= 0 and a gate
 with positive mean, fc1 bias > 0): a perfect predictor. The compiled kernels skip neurons
@@ -14,27 +17,23 @@ whose activation is exactly zero, so with random data they would read fewer rows
 byte count assumes; here they read exactly the rows counted. Active ids are sorted, as a
 predictor's ``nonzero`` returns them. Timed calls use ``check=False`` (the decode path).
 
+``isas`` runs the compiled CPU backend on several of its ISA paths in one run (one row each;
+``ours_dense`` stays on the path chosen at load).
+
 Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_operators), or
 ``python experiments/bench_operators.py [--quick]`` where only torch is installed (a lent GPU).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
-from powerbench.ops.bench_report import (
-    ResultRow,
-    format_row,
-    plot_speedup,
-    write_csv,
-)
+from powerbench.ops.bench_report import ResultRow, format_row
 from powerbench.ops.bench_timing import Timer, TimingPolicy
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.registry import get_backend
@@ -45,6 +44,7 @@ OPS = ("row", "axpy", "ffn_relu", "ffn_gated")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DEFAULT_BACKENDS = {"cpu": ("sparse_torch", "sparse_cpu"), "cuda": ("sparse_torch", "sparse_cuda")}
 MATRICES = {"row": 1, "axpy": 1, "ffn_relu": 2, "ffn_gated": 3}  # weight matrices per op
+TORCH_DENSE, OURS_DENSE = "torch_dense", "ours_dense"
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class OperatorBenchConfig:
     sparsities: tuple[float, ...] = SPARSITIES
     ops: tuple[str, ...] = OPS
     backends: tuple[str, ...] = ()  # empty: DEFAULT_BACKENDS[device]
+    isas: tuple[str, ...] = ()  # sparse_cpu's ISA paths to time (empty: the one chosen at load)
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     bandwidth_mb: int = 512
     seed: int = 0
@@ -132,21 +133,28 @@ def touched_bytes(op: str, n_active: int, d_model: int, batch: int, w_es: int, x
     return weights + acts
 
 
-def dense_fn(op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor
-             ) -> Callable[[], torch.Tensor]:
-    """torch.matmul on the full matrices, every weight in HF (nn.Linear) layout: torch's CPU
-    fp16 matmul against a [d_ffn, d_model] right operand is ~30x slower than against the
-    transposed view, so the dense baseline gets the layout torch is fast with."""
+Linear = Callable[..., torch.Tensor]  # (x, w [N, K], bias | None) -> x w^T + bias
+
+
+def dense_fn(op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor,
+             linear: Linear | None = None) -> Callable[[], torch.Tensor]:
+    """The op on the full matrices with a dense matrix product: ``torch.matmul`` (linear None)
+    or ``linear(x, w, bias)``. Every weight in HF (nn.Linear) layout: torch's CPU fp16 matmul
+    against a [d_ffn, d_model] right operand is ~30x slower than against the transposed
+    view, so the dense baselines get the layout they are fast with."""
     wg, wu, wd = layer.w_gate, layer.w_up, layer.w_down
     b1, b2 = layer.b1.to(x.dtype), layer.b2.to(x.dtype)
+    if linear is None:
+        def linear(a, w, bias):  # noqa: E306 - torch.matmul, then the bias
+            y = torch.matmul(a, w.t())
+            return y if bias is None else y + bias
     if op == "row":
-        return lambda: torch.matmul(x, wg.t())
+        return lambda: linear(x, wg, None)
     if op == "axpy":
-        return lambda: torch.matmul(coeffs, wd.t())
+        return lambda: linear(coeffs, wd, None)
     if op == "ffn_relu":
-        return lambda: torch.matmul(torch.relu(torch.matmul(x, wg.t()) + b1), wd.t()) + b2
-    return lambda: torch.matmul(torch.relu(torch.matmul(x, wg.t())) * torch.matmul(x, wu.t()),
-                                wd.t())
+        return lambda: linear(torch.relu(linear(x, wg, b1)), wd, b2)
+    return lambda: linear(torch.relu(linear(x, wg, None)) * linear(x, wu, None), wd, None)
 
 
 def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
@@ -163,16 +171,44 @@ def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
                                  check=False)
 
 
-def make_backends(cfg: OperatorBenchConfig) -> dict[str, SparseOps]:
-    made: dict[str, SparseOps] = {}
+@dataclass(frozen=True)
+class Contender:
+    """One sparse backend on one ISA path ("" where the backend has none)."""
+
+    backend: str
+    isa: str
+    ops: SparseOps
+
+    def wrap(self, fn: Callable[[], torch.Tensor], switch: bool) -> Callable[[], object]:
+        """fn, first switching the CPU kernels to this path when several paths are timed."""
+        if not switch:
+            return fn
+        self.ops.select_isa(self.isa)  # type: ignore[attr-defined]  # validates the name
+        select = torch.ops.powerbench_cpu.set_cpu_isa.default  # ~1 us a call, checked
+        return lambda: (select(self.isa), fn())
+
+
+def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
+    made: list[Contender] = []
     for name in cfg.backend_names():
         if name == "sparse_torch":
             from powerbench.ops.torch_backend import TorchSparseOps
 
-            made[name] = TorchSparseOps(cfg.device)
-        else:
-            made[name] = get_backend(name, fallback=False)
+            made.append(Contender(name, "", TorchSparseOps(cfg.device)))
+            continue
+        ops = get_backend(name, fallback=False)
+        loaded = getattr(ops, "isa", "")
+        for isa in (cfg.isas or (loaded,)) if loaded else ("",):
+            made.append(Contender(name, isa, ops))
     return made
+
+
+def dense_kernels(cfg: OperatorBenchConfig) -> dict[str, Linear | None]:
+    """torch.matmul, and on the CPU our dense kernel (the C++ extension's linear)."""
+    kernels: dict[str, Linear | None] = {TORCH_DENSE: None}
+    if cfg.device == "cpu":
+        kernels[OURS_DENSE] = get_backend("sparse_cpu", fallback=False).prepare_linear()
+    return kernels
 
 
 def measure_bandwidth(cfg: OperatorBenchConfig) -> Bandwidth:
@@ -181,78 +217,100 @@ def measure_bandwidth(cfg: OperatorBenchConfig) -> Bandwidth:
     return cpu_read_bandwidth(cfg.bandwidth_mb)
 
 
+def loaded_isa(contenders: list[Contender]) -> str:
+    """The ISA path the compiled CPU kernels run by default (chosen at load), or ""."""
+    return next((getattr(c.ops, "isa", "") for c in contenders if c.isa), "")
+
+
+@dataclass
+class _Case:
+    """What is fixed while one op is measured at every sparsity."""
+
+    op: str
+    shape: str
+    dtype: str
+    batch: int
+    d_model: int
+    d_ffn: int
+    es: int
+
+
+def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: LayerData,
+                x: torch.Tensor, coeffs: torch.Tensor, contenders: list[Contender],
+                dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
+                home: str, log: Callable[[str], None]) -> list[ResultRow]:
+    switch = len({c.isa for c in contenders if c.isa}) > 1
+    cpu = next((c for c in contenders if c.isa), None)
+    dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
+    if switch and cpu is not None and OURS_DENSE in dense_calls:  # ours_dense on the home path
+        dense_calls[OURS_DENSE] = Contender(cpu.backend, home, cpu.ops).wrap(
+            dense_calls[OURS_DENSE], True)
+    dense_names = list(dense_calls)
+    per_sparsity: list[tuple[float, int, dict[str, list[float]], list[list[float]]]] = []
+    for sparsity in cfg.sparsities:
+        idx = active_ids(case.d_ffn, sparsity, gen, cfg.device)
+        calls = [c.wrap(sparse_fn(case.op, c.ops, layer, x, coeffs, idx), switch)
+                 for c in contenders]
+        samples = timer.samples(*dense_calls.values(), *calls)
+        per_sparsity.append((sparsity, idx.numel(), dict(zip(dense_names, samples, strict=False)),
+                             samples[len(dense_names):]))
+    pooled = {name: [t for _, _, d, _ in per_sparsity for t in d[name]] for name in dense_names}
+    medians = {name: statistics.median(v) for name, v in pooled.items()}
+    best = min(medians, key=medians.__getitem__)
+    full_bytes = touched_bytes(case.op, case.d_ffn, case.d_model, case.batch, case.es, case.es)
+    dense_gbps = full_bytes / medians[best] / 1e9
+    base = dict(device=cfg.device, op=case.op, shape=case.shape, dtype=case.dtype,
+                batch=case.batch, dense_kernel=best, dense_gbps=dense_gbps,
+                bandwidth_gbps=bandwidth.gbps)
+    rows: list[ResultRow] = []
+    for sparsity, n_active, dense_s, sparse_s in per_sparsity:
+        nbytes = touched_bytes(case.op, n_active, case.d_model, case.batch, case.es, case.es)
+        t_dense = statistics.median(dense_s[best])
+        for c, s in zip(contenders, sparse_s, strict=True):
+            t = statistics.median(s)
+            rows.append(ResultRow(backend=c.backend, isa=c.isa, sparsity=sparsity,
+                                  time_us=t * 1e6, dense_time_us=t_dense * 1e6,
+                                  speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **base))
+            log(format_row(rows[-1]))
+    for name in dense_names:
+        t = medians[name]
+        rows.append(ResultRow(backend=name, isa=home if name == OURS_DENSE else "",
+                              sparsity=0.0, time_us=t * 1e6, dense_time_us=medians[best] * 1e6,
+                              speedup=medians[best] / t, achieved_gbps=full_bytes / t / 1e9,
+                              **base))
+        log(format_row(rows[-1]))
+    return rows
+
+
 def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                   ) -> tuple[list[ResultRow], Bandwidth]:
-    backends = make_backends(cfg)
+    contenders = make_contenders(cfg)
+    dense = dense_kernels(cfg)
     bandwidth = measure_bandwidth(cfg)
+    home = loaded_isa(contenders)
     log(f"# device={cfg.device} threads={torch.get_num_threads()} "
-        f"bandwidth={bandwidth.gbps:.1f} GB/s ({bandwidth.method}) load={load_average()}")
+        f"read probe={bandwidth.gbps:.1f} GB/s ({bandwidth.method}) isa={home or '-'}")
     timer = Timer(cfg.device, cfg.timing)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[ResultRow] = []
-    with torch.inference_mode():
-        for shape in cfg.shapes:
-            d_model, d_ffn = parse_shape(shape)
-            for dtype_name in cfg.dtypes:
-                dtype = DTYPES[dtype_name]
-                layer = LayerData.make(d_model, d_ffn, dtype, cfg.device, gen)
-                es = layer.w_gate.element_size()
-                for batch in cfg.batches:
-                    x = torch.rand(batch, d_model, generator=gen).to(cfg.device, dtype)
-                    coeffs = (torch.rand(batch, d_ffn, generator=gen) + 0.5).to(cfg.device, dtype)
-                    for op in cfg.ops:
-                        base = dict(device=cfg.device, op=op, shape=shape, dtype=dtype_name,
-                                    batch=batch, bandwidth_gbps=bandwidth.gbps)
-                        dense = dense_fn(op, layer, x, coeffs)
-                        dense_samples: list[float] = []
-                        for sparsity in cfg.sparsities:
-                            idx = active_ids(d_ffn, sparsity, gen, cfg.device)
-                            nbytes = touched_bytes(op, idx.numel(), d_model, batch, es, es)
-                            for name, ops in backends.items():
-                                sparse = sparse_fn(op, ops, layer, x, coeffs, idx)
-                                td_s, t_s = timer.samples(dense, sparse)
-                                dense_samples += td_s
-                                t, t_dense = statistics.median(t_s), statistics.median(td_s)
-                                rows.append(ResultRow(backend=name, sparsity=sparsity,
-                                                      time_us=t * 1e6,
-                                                      dense_time_us=t_dense * 1e6,
-                                                      speedup=t_dense / t,
-                                                      achieved_gbps=nbytes / t / 1e9, **base))
-                                log(format_row(rows[-1]))
-                        t_dense = statistics.median(dense_samples or [timer.median(dense)])
-                        nbytes = touched_bytes(op, d_ffn, d_model, batch, es, es)
-                        rows.append(ResultRow(backend="torch_dense", sparsity=0.0,
-                                              time_us=t_dense * 1e6,
-                                              dense_time_us=t_dense * 1e6, speedup=1.0,
-                                              achieved_gbps=nbytes / t_dense / 1e9, **base))
-                        log(format_row(rows[-1]))
-                del layer
-    return rows, bandwidth
-
-
-def load_average() -> str:
     try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def write_outputs(rows: Sequence[ResultRow], out_dir: Path, device: str, tag: str,
-                  plot: bool = True) -> list[Path]:
-    """results/operators_<device><tag>.csv (and .png)."""
-    outputs = [write_csv(rows, out_dir / f"operators_{device}{tag}.csv")]
-    if plot:
-        outputs.append(plot_speedup(rows, out_dir / f"operators_{device}{tag}.png"))
-    return outputs
-
-
-def run_params(cfg: OperatorBenchConfig, bandwidth: Bandwidth, quick: bool, elapsed: float,
-               load_before: str) -> dict[str, object]:
-    """What a run logs beside its rows (MLflow params)."""
-    return {"device": cfg.device, "quick": quick, "threads": torch.get_num_threads(),
-            "bandwidth_gbps": round(bandwidth.gbps, 2), "bandwidth_method": bandwidth.method,
-            "load_before": load_before, "load_after": load_average(),
-            "torch": torch.__version__, "elapsed_s": round(elapsed, 1),
-            "shapes": ",".join(cfg.shapes), "dtypes": ",".join(cfg.dtypes),
-            "batches": ",".join(map(str, cfg.batches)),
-            "sparsities": ",".join(map(str, cfg.sparsities))}
+        with torch.inference_mode():
+            for shape in cfg.shapes:
+                d_model, d_ffn = parse_shape(shape)
+                for dtype_name in cfg.dtypes:
+                    dtype = DTYPES[dtype_name]
+                    layer = LayerData.make(d_model, d_ffn, dtype, cfg.device, gen)
+                    es = layer.w_gate.element_size()
+                    for batch in cfg.batches:
+                        x = torch.rand(batch, d_model, generator=gen).to(cfg.device, dtype)
+                        coeffs = (torch.rand(batch, d_ffn, generator=gen) + 0.5).to(cfg.device,
+                                                                                     dtype)
+                        for op in cfg.ops:
+                            case = _Case(op, shape, dtype_name, batch, d_model, d_ffn, es)
+                            rows += _measure_op(case, cfg, timer, layer, x, coeffs, contenders,
+                                                dense, bandwidth, gen, home, log)
+                    del layer
+    finally:
+        if home:  # back on the path chosen at load
+            next(c for c in contenders if c.isa).ops.select_isa(home)  # type: ignore[attr-defined]
+    return rows, bandwidth

@@ -1,7 +1,10 @@
 """Build the compiled operator extensions on first use (ninja, cached on disk).
 
-The CPU extension is compiled with ``-O3 -mavx2 -mfma -mf16c`` (not ``-march=native``, so a
-cache directory shared between machines stays valid); callers check the CPU first. The
+The CPU extension is compiled for the baseline target (no ``-march``): its AVX-512 and AVX2
+kernels are separate translation units under ``#pragma GCC target`` (``csrc/cpu_isa.h``), so
+one library runs on any x86-64 CPU and picks its path at load; a cache directory shared
+between machines stays valid. ``-ffp-contract=off`` keeps every path's rounding the same
+(fused multiply-adds only where the kernels ask for them). The
 CUDA extension is built with one ``-gencode`` per architecture in :data:`CUDA_ARCHS`.
 
 Build directory: ``$TORCH_EXTENSIONS_DIR`` if set, else ``$POWERBENCH_CACHE/torch_extensions``
@@ -20,11 +23,11 @@ from pathlib import Path
 from powerbench.paths import cache_dir
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = ("sparse_cpu_binding.cpp", "sparse_cpu_kernels.cpp", "decode_cpu_kernels.cpp",
-               "thread_pool.cpp")
+CPU_SOURCES = ("sparse_cpu_binding.cpp", "cpu_dispatch.cpp", "cpu_isa_avx512.cpp",
+               "cpu_isa_avx2.cpp", "cpu_isa_portable.cpp", "thread_pool.cpp")
 CUDA_SOURCES = ("sparse_cuda_binding.cpp", "sparse_cuda_kernels.cu")
 CUDA_KERNEL_SOURCES = ("sparse_cuda_kernels.cu",)
-CPU_CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-Wall")
+CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-Wall")
 CPU_LDFLAGS = ("-pthread",)
 CUDA_ARCHS = ("75", "80", "86", "89", "90")
 CUDA_ARCHS_ENV = "POWERBENCH_CUDA_ARCHS"

@@ -1,8 +1,10 @@
-"""Compiled CPU backend: C++ extension, parallel across neurons, AVX2/FMA, F16C for fp16.
+"""Compiled CPU backend: C++ extension, parallel across neurons, one ISA path per CPU
+(AVX-512, AVX2/FMA/F16C or portable C++, chosen at load: :mod:`powerbench.ops.isa`).
 
-Kernels live in ``csrc/sparse_cpu_kernels.cpp``; they run on ``torch.get_num_threads()``
-workers of the work-claiming pool in ``csrc/thread_pool.cpp`` (see the README for why not
-OpenMP). Index range/uniqueness checks run in C++ (O(n), no extra torch ops).
+Kernels live in ``csrc/sparse_cpu_kernels_impl.h`` (compiled once per path, see
+``csrc/cpu_isa.h``); they run on ``torch.get_num_threads()`` workers of the work-claiming
+pool in ``csrc/thread_pool.cpp`` (see the README for why not OpenMP). Index range/uniqueness
+checks run in C++ (O(n), no extra torch ops).
 """
 
 from __future__ import annotations
@@ -12,13 +14,8 @@ import torch
 from powerbench.ops.build import load_cpu_extension
 from powerbench.ops.errors import BackendUnavailable, summarize
 from powerbench.ops.interface import SparseOps
+from powerbench.ops.isa import choose_isa, requested_isa
 from powerbench.ops.weights import GATED_KINDS, ReluFFNWeights
-
-SUPPORTED_CAPABILITIES = ("AVX2", "AVX512")
-
-
-def cpu_capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
 
 
 class CpuSparseOps(SparseOps):
@@ -41,15 +38,34 @@ class CpuSparseOps(SparseOps):
 
     @classmethod
     def create(cls) -> CpuSparseOps:
-        capability = cpu_capability()
-        if capability not in SUPPORTED_CAPABILITIES:
-            raise BackendUnavailable(
-                f"CPU lacks AVX2/FMA/F16C (torch reports capability {capability})")
+        """Build/load the extension and select the ISA path ($POWERBENCH_CPU_ISA or the
+        best); an unknown or unsupported path raises :class:`CpuIsaError`."""
+        requested = requested_isa()  # a bad setting fails before any build
         try:
             load_cpu_extension()
         except Exception as err:  # a compiler error, missing ninja, ...
             raise BackendUnavailable(f"C++ extension build failed: {summarize(err)}") from err
+        ops = torch.ops.powerbench_cpu
+        ops.set_cpu_isa(choose_isa(requested, list(ops.cpu_isas())))
         return cls()
+
+    @property
+    def isa(self) -> str:
+        """The ISA path the kernels run ("avx512", "avx2" or "portable")."""
+        return torch.ops.powerbench_cpu.cpu_isa()
+
+    @staticmethod
+    def supported_isas() -> list[str]:
+        """The paths this CPU can run, best first."""
+        return list(torch.ops.powerbench_cpu.cpu_isas())
+
+    def select_isa(self, name: str | None) -> str:
+        """Switch every CPU kernel (this process) to path ``name`` (None: the best) and
+        return it; :class:`CpuIsaError` if unknown or unsupported. For side-by-side runs
+        of the paths (tests, benchmarks); the environment variable sets it at load."""
+        isa = choose_isa(requested_isa(name or "auto"), self.supported_isas())
+        torch.ops.powerbench_cpu.set_cpu_isa(isa)
+        return isa
 
     def _row(self, w, x, idx, scatter, bias, relu, check):
         return self._row_op(w, x, idx, bias, relu, scatter, check)

@@ -13,3 +13,8 @@ def summarize(err: BaseException, limit: int = 300) -> str:
     errors = [line for line in lines if "error" in line.lower() and line is not lines[0]]
     text = f"{lines[0][:120]} ... {errors[0]}" if errors else lines[0]
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class CpuIsaError(ValueError):
+    """$POWERBENCH_CPU_ISA names an unknown kernel path or one this CPU lacks: a setting
+    error, raised (not a reason to fall back to another backend)."""

@@ -7,7 +7,7 @@ import functools
 import warnings
 from collections.abc import Callable
 
-from powerbench.ops.errors import BackendUnavailable, summarize
+from powerbench.ops.errors import BackendUnavailable, CpuIsaError, summarize
 from powerbench.ops.interface import SparseOps
 
 
@@ -47,6 +47,8 @@ def _create(name: str) -> SparseOps | BackendUnavailable:
     """Build a backend once per process; a failure is remembered, not retried."""
     try:
         return _FACTORIES[name]()
+    except CpuIsaError:  # a bad $POWERBENCH_CPU_ISA is the user's to fix, not a fallback
+        raise
     except BackendUnavailable as err:
         return err
     except Exception as err:  # anything unexpected still must not pass silently

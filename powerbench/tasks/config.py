@@ -89,7 +89,7 @@ class TimingOptions:
 
 @dataclass
 class BenchOperatorsTask:
-    """Sparse operators vs torch dense, side by side (powerbench.ops.bench)."""
+    """Sparse operators vs the best dense kernel, side by side (powerbench.ops.bench)."""
 
     _target_: str = "powerbench.tasks.bench_operators.bench_operators"
     name: str = "bench_operators"
@@ -101,12 +101,13 @@ class BenchOperatorsTask:
     sparsities: list[float] | None = None
     ops: list[str] | None = None
     backends: list[str] | None = None
+    isas: list[str] | None = None  # sparse_cpu ISA paths timed side by side (None: the loaded one)
     timing: TimingOptions = field(default_factory=TimingOptions)
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)
-    out_dir: str | None = None  # None: results/
-    tag: str | None = None  # file suffix (None: "_quick" with quick)
+    tag: str | None = None  # report name suffix (None: "_quick" with quick)
     plot: bool = True
+    publish: bool = False  # also write the report into results/operators_<device>/
 
 
 @dataclass

@@ -4,40 +4,58 @@ torch-only script): CSV columns, PNG, table, numbers, MLflow run."""
 from __future__ import annotations
 
 import csv
+import json
 import math
+from dataclasses import fields
 
 import pytest
 
 from powerbench.ops import bench
-from powerbench.ops.bench_report import COLUMNS
+from powerbench.ops.bench_report import ResultRow
 from powerbench.paths import repo_root
 from powerbench.tasks.bench_operators import operator_bench_config
 from powerbench.tasks.config import BenchOperatorsTask
 
 TINY = ["task.shapes=[64x256]", "task.dtypes=[fp32,fp16]", "task.batches=[1,3]",
-        "task.sparsities=[0,0.9]", "task.timing.warmup=0", "task.timing.reps=1",
+        "task.sparsities=[0,0.1]", "task.timing.warmup=0", "task.timing.reps=1",
         "task.timing.min_time_s=0", "task.timing.flush_mb=0", "task.bandwidth_mb=16",
         "tracking=disabled"]
 
 
-def test_tiny_benchmark_writes_csv_and_png(tmp_path, backends, capsys, run_cli):
-    run_cli(["bench-operators", *TINY, f"task.out_dir={tmp_path}"])
-    with (tmp_path / "operators_cpu.csv").open() as fh:
+def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops, capsys,
+                                                   run_cli):
+    run_dir = tmp_path / "bench"
+    run_cli(["bench-operators", *TINY, f"hydra.run.dir={run_dir}"])
+    with (run_dir / "operators.csv").open() as fh:
         reader = csv.DictReader(fh)
-        assert tuple(reader.fieldnames) == COLUMNS == (
-            "device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
-            "dense_time_us", "speedup", "achieved_gbps", "bandwidth_gbps")
+        assert tuple(reader.fieldnames) == (*(f.name for f in fields(ResultRow)), "sparsity_pct",
+                                            "label", "ideal_speedup", "dense_fraction",
+                                            "bandwidth_fraction")
         rows = list(reader)
-    # 2 dtypes x 2 batches x 4 ops x (1 dense + 2 sparsities x 2 backends)
-    assert len(rows) == 2 * 2 * 4 * 5
-    assert {r["backend"] for r in rows} == {"torch_dense", "sparse_torch", "sparse_cpu"}
+    # 2 dtypes x 2 batches x 4 ops x (2 dense kernels + 2 sparsities x 2 backends)
+    assert len(rows) == 2 * 2 * 4 * 6
+    assert {r["backend"] for r in rows} == {"torch_dense", "ours_dense", "sparse_torch",
+                                            "sparse_cpu"}
+    isa = cpu_ops.isa
     for r in rows:
         t, dense, speedup = float(r["time_us"]), float(r["dense_time_us"]), float(r["speedup"])
         assert t > 0 and dense > 0 and float(r["bandwidth_gbps"]) > 0
         assert math.isclose(speedup, dense / t, rel_tol=1e-3)
-    assert (tmp_path / "operators_cpu.png").stat().st_size > 10_000
+        assert r["dense_kernel"] in ("torch_dense", "ours_dense")
+        assert r["isa"] == (isa if r["backend"] in ("sparse_cpu", "ours_dense") else "")
+        gbps, dense_gbps = float(r["achieved_gbps"]), float(r["dense_gbps"])
+        assert math.isclose(float(r["dense_fraction"]), gbps / dense_gbps, rel_tol=1e-3)
+        assert math.isclose(float(r["ideal_speedup"]), 1 / (1 - float(r["sparsity"])),
+                            rel_tol=1e-3)
+    # the faster dense kernel is the reference: its own row's speedup is 1
+    best = [r for r in rows if r["backend"] == r["dense_kernel"]]
+    assert best and all(math.isclose(float(r["speedup"]), 1.0) for r in best)
+    assert (run_dir / "operators.png").stat().st_size > 10_000
+    meta = json.loads((run_dir / "operators.json").read_text())
+    assert meta["machine"]["cpu_model"] and meta["params"]["isa"] == isa
     out = capsys.readouterr().out
-    assert "sparse_cpu us" in out and "speedup" in out
+    assert f"ISA path {isa}" in out and "target sparse_cpu[" + isa + "] row" in out
+    assert "load average" in out
 
 
 def test_touched_bytes_counts_active_rows_only():
@@ -56,17 +74,18 @@ def test_quick_config_and_shape_parsing():
 
 
 @pytest.mark.slow
-def test_mlflow_run_is_logged(tmp_path, backends, run_cli):
+def test_mlflow_run_is_logged(tmp_path, backends, cpu_ops, run_cli):
     run_cli(["bench-operators", "task.shapes=[64x256]", "task.dtypes=[fp32]", "task.batches=[1]",
              "task.sparsities=[0.5]", "task.ops=[row]", "task.timing.warmup=0",
              "task.timing.reps=1", "task.timing.min_time_s=0", "task.timing.flush_mb=0",
-             "task.bandwidth_mb=16", "task.plot=false", f"task.out_dir={tmp_path}"])
+             "task.bandwidth_mb=16", "task.plot=false"])
     import mlflow
 
     mlflow.set_tracking_uri(run_cli.store)
     runs = mlflow.search_runs(experiment_names=["operators"])
     assert len(runs) == 1
-    assert any(c.startswith("metrics.speedup/sparse_cpu/row/64x256") for c in runs.columns)
+    key = f"metrics.sparse_cpu.{cpu_ops.isa}.row.64x256.fp32.1.50.speedup"
+    assert key in runs.columns and runs[key].iloc[0] > 0
 
 
 def test_percent_sparsities_are_refused_with_a_hint():
@@ -84,4 +103,19 @@ def test_torch_only_script_runs_without_hydra(tmp_path, backends):
     argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
             "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
     assert script["main"](argv) == 0
-    assert (tmp_path / "operators_cpu.csv").exists()
+    assert (tmp_path / "operators_cpu" / "operators.csv").exists()
+
+
+def test_isa_paths_side_by_side(tmp_path, cpu_ops, run_cli):
+    """task.isas times the compiled backend on several paths in one run, then restores."""
+    before = cpu_ops.isa
+    run_cli(["bench-operators", "task.shapes=[64x256]", "task.dtypes=[fp16]",
+             "task.batches=[1]", "task.sparsities=[0.5]", "task.ops=[row]",
+             "task.backends=[sparse_cpu]", "task.isas=[avx2,portable]", "task.timing.warmup=0",
+             "task.timing.reps=1", "task.timing.min_time_s=0", "task.timing.flush_mb=0",
+             "task.bandwidth_mb=16", "task.plot=false", "tracking=disabled",
+             f"hydra.run.dir={tmp_path / 'bench'}"])
+    with (tmp_path / "bench" / "operators.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["isa"] for r in rows if r["backend"] == "sparse_cpu"] == ["avx2", "portable"]
+    assert cpu_ops.isa == before

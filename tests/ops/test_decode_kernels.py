@@ -1,5 +1,5 @@
-"""The fused decode-step operators (RMSNorm, attention after Q/K/V) against the torch chain
-the decoder runs without them."""
+"""The fused decode-step operators (RMSNorm, attention after Q/K/V, gated activation) against
+the torch chain the decoder runs without them, on every ISA path this CPU supports."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def kernels(cpu_ops) -> DecodeKernels:  # cpu_ops: the extension is built
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("affine", [True, False])
-def test_rms_norm_matches_the_torch_chain(kernels, gen, dtype, affine):
+def test_rms_norm_matches_the_torch_chain(kernels, isa, gen, dtype, affine):
     x = (torch.randn(3, 1, 100, generator=gen) * 3).to(dtype)  # 100: a scalar tail
     w = NormWeights("rms", torch.rand(100, generator=gen).to(dtype) + 0.5 if affine else None,
                     None, 1e-5)
@@ -63,10 +63,11 @@ def _reference(qkv, cos, sin, k_cache, v_cache, pos, heads, scale):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("heads,kv,hd,rope", [(4, 4, 16, False), (6, 2, 12, True),
-                                              (8, 1, 64, True), (3, 3, 20, True)])
+                                              (8, 1, 64, True), (3, 3, 20, True),
+                                              (4, 2, 80, True)])
 @pytest.mark.parametrize("pos", [0, 37])
-def test_decode_attention_matches_the_torch_chain(kernels, gen, dtype, heads, kv, hd, rope,
-                                                   pos):
+def test_decode_attention_matches_the_torch_chain(kernels, isa, gen, dtype, heads, kv, hd,
+                                                   rope, pos):
     bsz, max_len, scale = 2, 48, hd ** -0.5
     qkv = torch.randn(bsz, 1, (heads + 2 * kv) * hd, generator=gen).to(dtype)
     cache = torch.randn(2, bsz, kv, max_len, hd, generator=gen).to(dtype)
@@ -86,7 +87,7 @@ def test_decode_attention_matches_the_torch_chain(kernels, gen, dtype, heads, kv
     torch.testing.assert_close(v_ours, v_ref, atol=0, rtol=0)
 
 
-def test_decode_attention_spans_threads(kernels, gen):
+def test_decode_attention_spans_threads(kernels, isa, gen):
     """A long cache: the (row, head) pairs are split across the pool's workers."""
     from powerbench.threads import torch_threads
 
@@ -116,7 +117,7 @@ def test_decode_attention_argument_errors(kernels):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["reglu", "drelu", "swiglu"])
-def test_gated_activation_matches_the_torch_chain(kernels, gen, dtype, kind):
+def test_gated_activation_matches_the_torch_chain(kernels, isa, gen, dtype, kind):
     from powerbench.engine.ffn import _GATES
     from powerbench.model.spec import FFNKind
 

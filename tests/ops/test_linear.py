@@ -37,7 +37,7 @@ def test_linear_matches_float64(ops, gen, w_dtype, x_dtype, bias, rows):
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 70), (70,), (5, 70)])
-def test_linear_keeps_leading_dims_and_spans_threads(cpu_ops, gen, shape):
+def test_linear_keeps_leading_dims_and_spans_threads(cpu_ops, isa, gen, shape):
     # 4099 rows x 70: big enough for the thread pool to split the rows between workers
     w = torch.randn(4099, 70, generator=gen, dtype=torch.float16)
     x = torch.randn(*shape, generator=gen)

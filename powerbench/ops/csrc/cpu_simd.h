@@ -1,7 +1,7 @@
-// Element types and AVX2/F16C helpers shared by the CPU kernels (fp32, IEEE fp16, bf16).
+// Element types of the CPU kernels (fp32, IEEE fp16, bf16), their exact scalar conversions
+// (plain C++, identical on every ISA path) and the one dtype switch of the entry points.
+// The vector helpers of each ISA path are in simd_avx512.h, simd_avx2.h, simd_portable.h.
 #pragma once
-
-#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
@@ -18,36 +18,49 @@ struct bf16 {
   uint16_t v;
 };
 
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const f16* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
 }
-inline __m256 load8(const bf16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline float to_f32(float v) { return v; }
-inline float to_f32(f16 v) { return _cvtsh_ss(v.v); }
-inline float to_f32(bf16 v) {
-  const uint32_t u = uint32_t(v.v) << 16;
+inline float float_of(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
 
-inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 sh = _mm_movehdup_ps(lo);
-  lo = _mm_add_ps(lo, sh);
-  sh = _mm_movehl_ps(sh, lo);
-  return _mm_cvtss_f32(_mm_add_ss(lo, sh));
+inline float to_f32(float v) { return v; }
+inline float to_f32(f16 h) {  // exact: every half is a float
+  const uint32_t sign = uint32_t(h.v & 0x8000u) << 16;
+  const uint32_t exp = (h.v >> 10) & 0x1fu, mant = h.v & 0x3ffu;
+  if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));  // inf, NaN
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
+    const float m = float(mant) * 5.9604644775390625e-8f;
+    return float_of(sign | bits_of(m));
+  }
+  return float_of(sign | ((exp + 112) << 23) | (mant << 13));
 }
+inline float to_f32(bf16 v) { return float_of(uint32_t(v.v) << 16); }
 
 inline void store(float* p, float v) { *p = v; }
-inline void store(f16* p, float v) { p->v = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
+inline void store(f16* p, float v) {  // round to nearest even, as vcvtps2ph does
+  uint32_t x = bits_of(v);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  uint32_t o;
+  if (x >= 0x47800000u) {  // >= 65536 (rounds to inf), inf or NaN
+    o = x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u;
+  } else if (x < 0x38800000u) {  // below the smallest normal half: exact float rounding
+    const uint32_t magic = uint32_t(127 - 15 + 23 - 10 + 1) << 23;
+    o = bits_of(float_of(x) + float_of(magic)) - magic;
+  } else {
+    x += (uint32_t(15 - 127) << 23) + 0xfffu + ((x >> 13) & 1u);
+    o = x >> 13;  // a carry into the exponent gives the next binade or inf: correct
+  }
+  p->v = uint16_t(o | sign);
+}
 inline void store(bf16* p, float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
+  const uint32_t u = bits_of(v);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) {
     p->v = uint16_t((u >> 16) | 0x40u);  // NaN stays a (quiet) NaN
   } else {

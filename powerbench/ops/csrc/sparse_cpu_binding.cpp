@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "cpu_isa.h"
 #include "decode_cpu_kernels.h"
 #include "sparse_cpu_kernels.h"
 
@@ -497,6 +499,20 @@ double read_bandwidth_sum(const at::Tensor& buf) {
 
 int64_t threads_used() { return pbops::threads_used(threads()); }
 
+// ---- ISA paths (cpu_isa.h): which the CPU supports, which runs, choose one ----------------
+std::vector<std::string> cpu_isas() {
+  int count = 0;
+  const char* const* names = pbops::supported_isas(&count);
+  return std::vector<std::string>(names, names + count);
+}
+
+std::string cpu_isa() { return pbops::current_isa(); }
+
+void set_cpu_isa(const std::string& name) {
+  TORCH_CHECK_VALUE(pbops::set_isa(name.c_str()), "CPU kernel path '", name,
+                    "' is unknown or not supported by this CPU");
+}
+
 }  // namespace
 
 TORCH_LIBRARY(powerbench_cpu, m) {
@@ -529,4 +545,7 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         &decode_attention);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
   m.def("threads_used() -> int", &threads_used);
+  m.def("cpu_isas() -> str[]", &cpu_isas);
+  m.def("cpu_isa() -> str", &cpu_isa);
+  m.def("set_cpu_isa(str name) -> ()", &set_cpu_isa);
 }

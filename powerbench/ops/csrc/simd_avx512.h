@@ -1,0 +1,66 @@
+// AVX-512 (F/BW/DQ/VL) vector helpers: 16 fp32 lanes, fp16 through vcvtph2ps/vcvtps2ph,
+// bf16 through shifts. Included inside namespace pbops::isa_avx512 by cpu_isa_avx512.cpp,
+// after `#pragma GCC target` (see there); the kernels are written against these names.
+struct V {
+  __m512 v;
+};
+constexpr int kW = 16;         // fp32 lanes
+#ifndef PBOPS_ROW_GROUP
+#define PBOPS_ROW_GROUP 4
+#endif
+constexpr int kRowGroup = PBOPS_ROW_GROUP;  // rows streamed together per thread (see sparse_cpu_kernels_impl.h)
+
+inline V vzero() { return {_mm512_setzero_ps()}; }
+inline V vset1(float a) { return {_mm512_set1_ps(a)}; }
+inline V vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline V vload(const simd::f16* p) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+inline V vload(const simd::bf16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
+inline void vstore(simd::f16* p, V a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstore(simd::bf16* p, V a) {  // round to nearest even; NaN stays a quiet NaN
+  const __m512i u = _mm512_castps_si512(a.v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(
+      r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+}
+inline V vadd(V a, V b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline V vsub(V a, V b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline V vmul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline V vdiv(V a, V b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a * b + c
+// max(a, 0) with NaN -> 0 (the kernels' scalar `a > 0 ? a : 0`)
+inline V vrelu(V a) { return {_mm512_max_ps(a.v, _mm512_setzero_ps())}; }
+inline V vmin(V a, V b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline V vmax(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }
+// where a > b (ordered): c, else d
+inline V vselect_gt(V a, V b, V c, V d) {
+  return {_mm512_mask_mov_ps(d.v, _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), c.v)};
+}
+// where a < b (ordered): c, else d
+inline V vselect_lt(V a, V b, V c, V d) {
+  return {_mm512_mask_mov_ps(d.v, _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ), c.v)};
+}
+// 2^n for integral n in [-126, 127]
+inline V vpow2n(V n) {
+  const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
+}
+inline float vhsum(V a) { return _mm512_reduce_add_ps(a.v); }
+#ifndef PBOPS_PREFETCH_HINT
+#define PBOPS_PREFETCH_HINT _MM_HINT_T1  // into L2: the loads that follow bring lines to L1
+#endif
+inline void prefetch_l2(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), PBOPS_PREFETCH_HINT);
+}

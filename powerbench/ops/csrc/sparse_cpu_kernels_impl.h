@@ -1,0 +1,522 @@
+// Neuron-aware sparse kernels, the dense kernel and the read probe, written once against the
+// vector helpers V / vload / vfma / ... of one ISA path (simd_avx512.h, simd_avx2.h,
+// simd_portable.h). Included inside that path's namespace by cpu_isa_<path>.cpp: every
+// function here is compiled once per path. See sparse_cpu_kernels.h for the contracts.
+//
+// Memory streaming (all paths): each thread streams kRowGroup rows at once (independent
+// cache-line streams, x loaded once per group) and software-prefetches each stream
+// kPrefetchBytes ahead. A row gather has no next row in memory for the hardware prefetcher
+// to follow (nor does a 4 KiB page boundary), so the prefetch address runs past the end of
+// a row into the *next group's* rows at the matching offset (RowStreams below): the gather
+// becomes one continuous stream per row slot. Work is claimed from the pool in chunks of
+// about kGrabBytes of weights, so both cores keep streaming while either gets CPU time.
+
+using simd::bf16;
+using simd::f16;
+using simd::store;
+using simd::to_f32;
+
+// Work below this many multiply-adds runs on one thread (a parallel region costs microseconds).
+constexpr int64_t kParallelMin = int64_t(1) << 15;
+// Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
+constexpr int64_t kChunk = 256;
+// Weight bytes per dynamically claimed work item: large enough to amortise the shared
+// counter, small enough that a thread the OS preempts (the machine is shared) does not
+// hold back the others as a static split would.
+constexpr int64_t kGrabBytes = int64_t(128) << 10;
+#ifndef PBOPS_PREFETCH_BYTES
+#define PBOPS_PREFETCH_BYTES 1024
+#endif
+constexpr int64_t kPrefetchBytes = PBOPS_PREFETCH_BYTES;  // software prefetch distance
+constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next group's rows
+
+inline int64_t rows_per_grab(int64_t row_bytes) {
+  const int64_t r = kGrabBytes / (row_bytes > 0 ? row_bytes : 1);
+  return r < 1 ? 1 : r;
+}
+
+// f(std::integral_constant<int, count>) for 1 <= count <= N: a compile-time row count.
+template <int N, typename F>
+inline void with_count(int count, F&& f) {
+  if constexpr (N >= 1) {
+    if (count == N) {
+      f(std::integral_constant<int, N>{});
+      return;
+    }
+    with_count<N - 1>(count, f);
+  }
+}
+
+// Per-thread scratch that survives across calls (pool threads are persistent); `slot`
+// selects one of a few independent buffers.
+inline void* thread_scratch(int slot, size_t bytes) {
+  struct Buf {
+    void* p = nullptr;
+    size_t cap = 0;
+    ~Buf() { std::free(p); }
+  };
+  static thread_local Buf bufs[4];
+  Buf& b = bufs[slot];
+  if (b.cap < bytes) {
+    std::free(b.p);
+    b.cap = (bytes + 63) / 64 * 64;
+    b.p = std::aligned_alloc(64, b.cap);
+  }
+  return b.p;
+}
+
+// The kRowGroup row slots of a thread as continuous streams for the software prefetcher:
+// at byte offset `off` of the rows being read, slot q prefetches `cur[q] + off + d`, or,
+// past the end of the row, the same distance into `next[q]` (the row that slot reads
+// next). Long rows use d = kPrefetchBytes; rows under kShortRowBytes use d = row_bytes,
+// i.e. the next group's rows at the same offset. The two bases are precomputed, so a
+// prefetch is one compare and a select (a loop with branches here measured 1.5-2x slower
+// on 576-wide fp16 rows, one thread: the prefetch code must stay out of the loads' way).
+struct RowStreams {
+  const char* ahead[kRowGroup];  // cur[q] + d
+  const char* after[kRowGroup];  // next[q] + d - row_bytes
+  int64_t switch_off = 0;        // offsets from here on prefetch into the next rows
+
+  template <typename WT>
+  RowStreams(const WT* const* rows, int count, const WT* const* next_rows, int next_count,
+             int64_t row_len) {
+    const int64_t row_bytes = row_len * int64_t(sizeof(WT));
+    const int64_t d = row_bytes < kShortRowBytes ? row_bytes : kPrefetchBytes;
+    switch_off = row_bytes - d;
+    for (int q = 0; q < kRowGroup; ++q) {
+      const char* cur =
+          reinterpret_cast<const char*>(rows[q < count ? q : (count > 1 ? count - 1 : 0)]);
+      const char* next = next_count > 0 ? reinterpret_cast<const char*>(
+                                              next_rows[q < next_count ? q : next_count - 1 > 0 ? next_count - 1 : 0])
+                                        : cur;
+      ahead[q] = cur + d;
+      after[q] = next + (d - row_bytes);
+    }
+  }
+  // prefetch the lines d ahead of bytes [off, off + len) of every slot
+  inline void at(int64_t off, int64_t len) const {
+    for (int64_t o = off; o < off + len; o += 64) {
+      const char* const* base = o < switch_off ? ahead : after;
+      for (int q = 0; q < kRowGroup; ++q) prefetch_l2(base[q] + o);
+    }
+  }
+};
+
+// Row pointers of the group that starts at position j of an id list (n ids), or of rows
+// j, j+1, ... when ids is null; returns how many (0 past the end).
+template <typename WT>
+inline int group_rows(const WT* base, int64_t row_len, const int64_t* ids, int64_t j, int64_t n,
+                      const WT** rows) {
+  const int count = int(n - j < kRowGroup ? (n - j > 0 ? n - j : 0) : kRowGroup);
+  for (int q = 0; q < count; ++q) rows[q] = base + (ids ? ids[j + q] : j + q) * row_len;
+  return count;
+}
+
+// R rows . one token: R concurrent memory streams per thread, two accumulators per row.
+template <typename WT, int R>
+inline void dot_rows(const WT* const* w, const float* x, int64_t K, float* res,
+                     const RowStreams& pf) {
+  V a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = vzero();
+  int64_t k = 0;
+  for (; k + 2 * kW <= K; k += 2 * kW) {
+    pf.at(k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
+    const V x0 = vload(x + k), x1 = vload(x + k + kW);
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = vfma(vload(w[r] + k), x0, a[r][0]);
+      a[r][1] = vfma(vload(w[r] + k + kW), x1, a[r][1]);
+    }
+  }
+  if (k + kW <= K) {
+    const V x0 = vload(x + k);
+    for (int r = 0; r < R; ++r) a[r][0] = vfma(vload(w[r] + k), x0, a[r][0]);
+    k += kW;
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = vhsum(vadd(a[r][0], a[r][1]));
+    for (int64_t kk = k; kk < K; ++kk) s += to_f32(w[r][kk]) * x[kk];
+    res[r] = s;
+  }
+}
+
+// R fp32 rows . T tokens over len (a multiple of kW) elements, accumulating into acc: each
+// weight vector is loaded once for T tokens and each x vector once for R rows.
+template <int R, int T>
+inline void tile_rt(const float* const* w, const float* x, int64_t ldx, int64_t len,
+                    V* acc /*[R][T]*/) {
+  V a[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) a[r][t] = acc[r * T + t];
+  for (int64_t k = 0; k < len; k += kW) {
+    V wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = vload(w[r] + k);
+    for (int t = 0; t < T; ++t) {
+      const V xv = vload(x + t * ldx + k);
+      for (int r = 0; r < R; ++r) a[r][t] = vfma(wv[r], xv, a[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r * T + t] = a[r][t];
+}
+
+constexpr int64_t kMaxBlock = 512;  // K elements per block in the batched row kernel
+
+// res[r * B + b] = w[r] . x[b] for R rows and B > 1 tokens. K is cut into blocks whose x
+// slice for all tokens stays in L1; a block of fp16/bf16 rows is converted to fp32 once
+// (into `wbuf`, R x kMaxBlock floats) and reused by every token; inside a block tokens go
+// in pairs (R x 2 tile). `part` holds R * B vector partial sums.
+template <typename WT, int R>
+inline void dot_rows_tokens(const WT* const* w, const float* x, int64_t K, int64_t B,
+                            float* res, V* part, float* wbuf, const RowStreams& pf) {
+  for (int64_t i = 0; i < R * B; ++i) part[i] = vzero();
+  const int64_t Kv = K / kW * kW;
+  int64_t kb = (int64_t(4096) / B) / kW * kW;  // 16 KiB of x per block
+  kb = kb < 4 * kW ? 4 * kW : (kb > kMaxBlock ? kMaxBlock : kb);
+  V acc[R * 2];
+  const float* wr[R];
+  for (int64_t k0 = 0; k0 < Kv; k0 += kb) {
+    const int64_t len = k0 + kb < Kv ? kb : Kv - k0;
+    pf.at(k0 * int64_t(sizeof(WT)), len * int64_t(sizeof(WT)));
+    for (int r = 0; r < R; ++r) {
+      if constexpr (sizeof(WT) == sizeof(float)) {
+        wr[r] = reinterpret_cast<const float*>(w[r]) + k0;
+      } else {
+        float* dst = wbuf + r * kMaxBlock;
+        for (int64_t k = 0; k < len; k += kW) vstore(dst + k, vload(w[r] + k0 + k));
+        wr[r] = dst;
+      }
+    }
+    int64_t t0 = 0;
+    for (; t0 + 2 <= B; t0 += 2) {
+      for (int r = 0; r < R; ++r) {
+        acc[r * 2] = part[r * B + t0];
+        acc[r * 2 + 1] = part[r * B + t0 + 1];
+      }
+      tile_rt<R, 2>(wr, x + t0 * K + k0, K, len, acc);
+      for (int r = 0; r < R; ++r) {
+        part[r * B + t0] = acc[r * 2];
+        part[r * B + t0 + 1] = acc[r * 2 + 1];
+      }
+    }
+    if (t0 < B) {
+      for (int r = 0; r < R; ++r) acc[r] = part[r * B + t0];
+      tile_rt<R, 1>(wr, x + t0 * K + k0, K, len, acc);
+      for (int r = 0; r < R; ++r) part[r * B + t0] = acc[r];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int64_t b = 0; b < B; ++b) {
+      float sum = vhsum(part[r * B + b]);
+      for (int64_t k = Kv; k < K; ++k) sum += to_f32(w[r][k]) * x[b * K + k];
+      res[r * B + b] = sum;
+    }
+  }
+}
+
+// Per-thread buffers of the row kernels: results [kRowGroup][B] twice, vector partials.
+struct GroupScratch {
+  float* res;
+  float* res2;
+  V* part;
+  float* wbuf;
+  explicit GroupScratch(int64_t B) {
+    res = static_cast<float*>(thread_scratch(0, sizeof(float) * 2 * kRowGroup * B));
+    res2 = res + kRowGroup * B;
+    part = static_cast<V*>(thread_scratch(1, sizeof(V) * kRowGroup * B));
+    wbuf = static_cast<float*>(thread_scratch(3, sizeof(float) * kRowGroup * kMaxBlock));
+  }
+};
+
+// res[q * B + b] = rows[q] . x[b] for q < count <= kRowGroup.
+template <typename WT>
+inline void dot_group(const WT* const* rows, int count, const float* x, int64_t K, int64_t B,
+                      const GroupScratch& sc, float* res, const RowStreams& pf) {
+  with_count<kRowGroup>(count, [&](auto n) {
+    if (B == 1) {
+      dot_rows<WT, decltype(n)::value>(rows, x, K, res, pf);
+    } else {
+      dot_rows_tokens<WT, decltype(n)::value>(rows, x, K, B, res, sc.part, sc.wbuf, pf);
+    }
+  });
+}
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+inline float gated_value(GatedKind kind, float g, float u) {
+  if (kind == kReGLU) return g > 0.0f ? g * u : 0.0f;
+  if (kind == kDReLU) return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
+  return silu(g) * u;
+}
+
+template <typename WT>
+void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx, int64_t n,
+              const float* bias, bool relu, float* out, int64_t ldo, bool scatter, int nt) {
+  const bool par = n * K * B >= kParallelMin && nt > 1;
+  const int64_t groups = (n + kRowGroup - 1) / kRowGroup;
+  const int64_t grab = rows_per_grab(kRowGroup * K * int64_t(sizeof(WT)));
+  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
+    GroupScratch sc(B);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j0 = g * kRowGroup;
+      const WT *rows[kRowGroup], *next[kRowGroup];
+      const int count = group_rows(w, K, idx, j0, n, rows);
+      const int next_count = group_rows(w, K, idx, j0 + kRowGroup, n, next);
+      const RowStreams pf(rows, count, next, next_count, K);
+      dot_group(rows, count, x, K, B, sc, sc.res, pf);
+      for (int q = 0; q < count; ++q) {
+        const int64_t r = idx[j0 + q];
+        const float bb = bias ? bias[r] : 0.0f;
+        const int64_t col = scatter ? r : j0 + q;
+        for (int64_t b = 0; b < B; ++b) {
+          const float v = sc.res[q * B + b] + bb;
+          out[b * ldo + col] = (relu && !(v > 0.0f)) ? 0.0f : v;
+        }
+      }
+    }
+  });
+}
+
+// Every row of W, in order: the row kernel's groups and streams over rows 0..N-1 (the
+// continuous stream then simply runs kPrefetchBytes ahead through the matrix); the output
+// is written in its own type.
+template <typename WT, typename OT>
+void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
+                OT* out, int64_t ldo, int nt) {
+  const bool par = N * K * B >= kParallelMin && nt > 1;
+  const int64_t groups = (N + kRowGroup - 1) / kRowGroup;
+  const int64_t grab = rows_per_grab(kRowGroup * K * int64_t(sizeof(WT)));
+  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
+    GroupScratch sc(B);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j0 = g * kRowGroup;
+      const WT *rows[kRowGroup], *next[kRowGroup];
+      const int count = group_rows(w, K, nullptr, j0, N, rows);
+      const int next_count = group_rows(w, K, nullptr, j0 + kRowGroup, N, next);
+      const RowStreams pf(rows, count, next, next_count, K);
+      dot_group(rows, count, x, K, B, sc, sc.res, pf);
+      for (int q = 0; q < count; ++q) {
+        const float bb = bias ? bias[j0 + q] : 0.0f;
+        for (int64_t b = 0; b < B; ++b) store(out + b * ldo + j0 + q, sc.res[q * B + b] + bb);
+      }
+    }
+  });
+}
+
+template <typename WT>
+void dense_out(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
+               WType ot, void* out, int64_t ldo, int nt) {
+  simd::with_type(ot, [&](auto tag) {
+    using OT = decltype(tag);
+    dense_impl(w, N, K, x, B, bias, static_cast<OT*>(out), ldo, nt);
+  });
+}
+
+template <typename T>
+void to_float_impl(const T* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vstore(dst + i, vload(src + i));
+  for (; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+
+template <typename WT>
+void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B,
+                const int64_t* idx, int64_t n, GatedKind kind, float* h, int nt) {
+  const bool par = n * K * B >= kParallelMin && nt > 1;
+  const bool gate_can_skip = kind != kSwiGLU;
+  const int64_t groups = (n + kRowGroup - 1) / kRowGroup;
+  const int64_t grab = rows_per_grab(2 * kRowGroup * K * int64_t(sizeof(WT)));
+  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
+    GroupScratch sc(B);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j0 = g * kRowGroup;
+      const WT *rows[kRowGroup], *up[kRowGroup], *next[kRowGroup];
+      const int count = group_rows(wg, K, idx, j0, n, rows);
+      group_rows(wu, K, idx, j0, n, up);
+      // the gate rows' streams continue into this group's up rows (read next unless every
+      // gate is <= 0)
+      dot_group(rows, count, x, K, B, sc, sc.res, RowStreams(rows, count, up, count, K));
+      // Up rows only for neurons whose gate fired for some token (ReGLU/dReLU): for the
+      // others every h is zero and the up row is never read.
+      int live[kRowGroup], m = 0;
+      for (int q = 0; q < count; ++q) {
+        bool any = !gate_can_skip;
+        for (int64_t b = 0; b < B && !any; ++b) any = sc.res[q * B + b] > 0.0f;
+        if (any) {
+          rows[m] = up[q];
+          live[m++] = q;
+        } else {
+          for (int64_t b = 0; b < B; ++b) h[b * n + j0 + q] = 0.0f;
+        }
+      }
+      if (m == 0) continue;
+      const int next_count = group_rows(wg, K, idx, j0 + kRowGroup, n, next);
+      dot_group(rows, m, x, K, B, sc, sc.res2, RowStreams(rows, m, next, next_count, K));
+      for (int i = 0; i < m; ++i) {
+        const int q = live[i];
+        for (int64_t b = 0; b < B; ++b)
+          h[b * n + j0 + q] = gated_value(kind, sc.res[q * B + b], sc.res2[i * B + b]);
+      }
+    }
+  });
+}
+
+// out[c0:c1] += sum_q c[q] * rows[q][c0:c1] for one token (weights converted on the fly).
+template <typename WT, int Q>
+inline void axpy_group_b1(const WT* const* rows, const float* c, float* out, int64_t c0,
+                          int64_t c1, const RowStreams& pf) {
+  V cv[Q];
+  for (int q = 0; q < Q; ++q) cv[q] = vset1(c[q]);
+  int64_t k = c0;
+  for (; k + 2 * kW <= c1; k += 2 * kW) {
+    pf.at(k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
+    V y0 = vload(out + k), y1 = vload(out + k + kW);
+    for (int q = 0; q < Q; ++q) {
+      y0 = vfma(cv[q], vload(rows[q] + k), y0);
+      y1 = vfma(cv[q], vload(rows[q] + k + kW), y1);
+    }
+    vstore(out + k, y0);
+    vstore(out + k + kW, y1);
+  }
+  for (; k + kW <= c1; k += kW) {
+    V y = vload(out + k);
+    for (int q = 0; q < Q; ++q) y = vfma(cv[q], vload(rows[q] + k), y);
+    vstore(out + k, y);
+  }
+  for (; k < c1; ++k) {
+    float y = out[k];
+    for (int q = 0; q < Q; ++q) y += c[q] * to_f32(rows[q][k]);
+    out[k] = y;
+  }
+}
+
+// Several tokens: each chunk of the Q rows is loaded (and converted to fp32) once into
+// `scratch` and reused for every token from L1.
+template <typename WT, int Q>
+inline void axpy_group_bn(const WT* const* rows, const float* c /*[B][Q]*/, int64_t B,
+                          float* out, int64_t D, int64_t c0, int64_t c1, float* scratch,
+                          const RowStreams& pf) {
+  for (int64_t kc = c0; kc < c1; kc += kChunk) {
+    const int64_t ke = kc + kChunk < c1 ? kc + kChunk : c1;
+    pf.at(kc * int64_t(sizeof(WT)), (ke - kc) * int64_t(sizeof(WT)));
+    const float* src[Q];
+    for (int q = 0; q < Q; ++q) {
+      if constexpr (sizeof(WT) == sizeof(float)) {
+        src[q] = reinterpret_cast<const float*>(rows[q]) + kc;
+      } else {
+        float* dst = scratch + q * kChunk;
+        int64_t k = kc;
+        for (; k + kW <= ke; k += kW) vstore(dst + (k - kc), vload(rows[q] + k));
+        for (; k < ke; ++k) dst[k - kc] = to_f32(rows[q][k]);
+        src[q] = dst;
+      }
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      const float* cb = c + b * Q;
+      bool any = false;
+      for (int q = 0; q < Q; ++q) any = any || cb[q] != 0.0f;
+      if (!any) continue;
+      V cv[Q];
+      for (int q = 0; q < Q; ++q) cv[q] = vset1(cb[q]);
+      float* ob = out + b * D + kc;
+      const int64_t len = ke - kc;
+      int64_t k = 0;
+      for (; k + kW <= len; k += kW) {
+        V y = vload(ob + k);
+        for (int q = 0; q < Q; ++q) y = vfma(cv[q], vload(src[q] + k), y);
+        vstore(ob + k, y);
+      }
+      for (; k < len; ++k) {
+        float y = ob[k];
+        for (int q = 0; q < Q; ++q) y += cb[q] * src[q][k];
+        ob[k] = y;
+      }
+    }
+  }
+}
+
+template <typename WT>
+void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_t B,
+               const int64_t* idx, int64_t n, float* out, int nt) {
+  // Keep only neurons with a non-zero coefficient for some token: exact, and their rows
+  // are never read (after ReLU many predicted-active neurons are in fact zero).
+  int64_t* live = static_cast<int64_t*>(thread_scratch(2, sizeof(int64_t) * 2 * (n > 0 ? n : 1)));
+  int64_t* cols = live + n;
+  int64_t m = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    bool any = false;
+    for (int64_t b = 0; b < B && !any; ++b) any = coeff[b * ldc + j] != 0.0f;
+    if (any) {
+      live[m] = idx[j];
+      cols[m] = j;
+      ++m;
+    }
+  }
+  // Workers take groups of neurons as they come and stream whole rows into a private
+  // [B, D] partial sum (the caller straight into `out`); the partials are added at the end.
+  const int64_t groups = (m + kRowGroup - 1) / kRowGroup;
+  const int64_t grab = rows_per_grab(kRowGroup * D * int64_t(sizeof(WT)));
+  const bool par = m * D * B >= kParallelMin && nt > 1;
+  const int workers = par ? (nt < kMaxWorkers ? nt : kMaxWorkers) : 1;
+  float* partial[kMaxWorkers] = {};
+  parallel_for(groups, grab, workers, [&](int64_t g0, int64_t g1, int worker) {
+    float* acc = out;
+    if (worker > 0) {
+      if (partial[worker] == nullptr) {
+        partial[worker] = static_cast<float*>(thread_scratch(2, sizeof(float) * B * D));
+        std::memset(partial[worker], 0, sizeof(float) * B * D);
+      }
+      acc = partial[worker];
+    }
+    float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kRowGroup * B));
+    float* scratch = static_cast<float*>(thread_scratch(1, sizeof(float) * kRowGroup * kChunk));
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t j = gi * kRowGroup;
+      const WT *rows[kRowGroup], *next[kRowGroup];
+      const int count = group_rows(w_t, D, live, j, m, rows);
+      const int next_count = group_rows(w_t, D, live, j + kRowGroup, m, next);
+      const RowStreams pf(rows, count, next, next_count, D);
+      for (int64_t b = 0; b < B; ++b)
+        for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[j + q]];
+      with_count<kRowGroup>(count, [&](auto c) {
+        constexpr int Q = decltype(c)::value;
+        if (B == 1) {
+          axpy_group_b1<WT, Q>(rows, cbuf, acc, 0, D, pf);
+        } else {
+          axpy_group_bn<WT, Q>(rows, cbuf, B, acc, D, 0, D, scratch, pf);
+        }
+      });
+    }
+  });
+  for (int p = 1; p < workers; ++p) {
+    const float* src = partial[p];
+    if (src == nullptr) continue;  // that helper never got CPU time: nothing to add
+    int64_t e = 0;
+    for (; e + kW <= B * D; e += kW) vstore(out + e, vadd(vload(out + e), vload(src + e)));
+    for (; e < B * D; ++e) out[e] += src[e];
+  }
+}
+
+double read_sum_impl(const float* buf, int64_t n, int threads) {
+  constexpr int64_t kBlock = int64_t(1) << 18;  // 1 MiB of floats per work item
+  double sums[kMaxWorkers] = {};
+  parallel_for((n + kBlock - 1) / kBlock, 1, threads, [&](int64_t b0, int64_t b1, int worker) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t b = blk * kBlock;
+      const int64_t e = b + kBlock < n ? b + kBlock : n;
+      V a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+      int64_t k = b;
+      for (; k + 4 * kW <= e; k += 4 * kW) {
+        a0 = vadd(a0, vload(buf + k));
+        a1 = vadd(a1, vload(buf + k + kW));
+        a2 = vadd(a2, vload(buf + k + 2 * kW));
+        a3 = vadd(a3, vload(buf + k + 3 * kW));
+      }
+      double s = vhsum(vadd(vadd(a0, a1), vadd(a2, a3)));
+      for (; k < e; ++k) s += buf[k];
+      sums[worker] += s;
+    }
+  });
+  double total = 0.0;
+  for (double v : sums) total += v;
+  return total;
+}
