@@ -330,7 +330,7 @@ def log_report(report: Report, tracking: Any, files: Sequence[Path],
     kind = {"measured": "true"} if report.measured else {"simulated": "true"}
     with tracker.run(f"{report.study}-{report.name}",
                      tags={**kind, "powerbench.study": report.study, **(tags or {})}):
-        tracker.log_params({"params": report.params,
+        tracker.log_params({**report.params,
                             "machine": asdict(report.machine) if report.machine else {},
                             "load": report.load.as_dict() if report.load else {}})
         tracker.log_metrics(report.metric_dict())

@@ -126,6 +126,8 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         _m("sim_ffn_cpu_bound_share", "share", "layers whose FFN waits on the CPU"),
         _m("sim_hybrid_layers", "count", "layers split between GPU and CPU"),
         _m("sim_predictor_bytes", "bytes", "predictor weights charged"),
+        _m("sim_predictor_time_share", "share", "share of the simulated inference time spent "
+           "running the predictors (PowerInfer Fig. 17)"),
         _m("sim_predictor_param_share", "share", "predictor parameters / model parameters"),
         _m("sim_predictor_rank_mean", "count", "mean predictor width charged"),
         _m("sim_prefill_dense_gpu", "0/1", "1 when prefill runs dense on the GPU"),
@@ -206,14 +208,17 @@ METRICS: dict[str, tuple[Metric, ...]] = {
            "one variant (engine, precision, sparsity)"),
         _m("ffn_speedup_vs_dense", "x", "tour: sparse FFN speed / dense FFN speed"),
         _m("sim_{system}_gpu_neuron_load_share", "share", "tour: simulated GPU load share"),
-        _m("speedup/{row}", "x", "bench-operators: sparse operator vs torch dense"),
-        _m("time_us/{row}", "µs", "bench-operators: operator time"),
-        _m("achieved_gbps/{row}", "GB/s", "bench-operators: achieved bandwidth"),
-        _m("bandwidth_gbps", "GB/s", "bench-operators: measured memory bandwidth"),
         _m("{row}.{column}", "mixed", "a benchmark report through the measurement harness "
            "(powerbench.measure.harness: bench-decode, bench-threshold, bench-solver, ...): "
            "one metric per report row (its key columns joined by '.') and numeric column, "
            "as in the report's table"),
+    ),
+    "Paper reproduction (powerbench reproduce; one MLflow run per target)": (
+        _m("error/{row}", "mixed", "a published number's error: ours / paper - 1 for speeds, "
+           "ours - paper for shares (the row is the report's label)"),
+        _m("published_rows", "count", "published numbers the target is compared with"),
+        _m("published_within", "count", "of those, within the row's tolerance"),
+        _m("wall_seconds", "s", "the target's wall time (its sweep and figure)"),
     ),
 }
 

@@ -87,14 +87,13 @@ def store(tmp_path_factory):
                            "predictor_param_share": 0.08})
     t = tracker("operators")
     with t.run("operators_cpu_quick", tags={"measured": "true"}):
-        t.log_params({"device": "cpu", "quick": True})
-        t.log_metrics({"speedup/sparse_cpu/row/4096x16384/fp32/b1/s50": 1.8,
-                       "time_us/sparse_cpu/row/4096x16384/fp32/b1/s50": 10.0,
-                       "speedup/sparse_cpu/row/4096x16384/fp32/b1/s99": 50.0,
-                       "time_us/sparse_cpu/row/4096x16384/fp32/b1/s99": 0.5,
-                       "speedup/torch_dense/row/4096x16384/fp32/b1/s0": 1.0,
-                       "time_us/torch_dense/row/4096x16384/fp32/b1/s0": 20.0,
-                       "bandwidth_gbps": 25.0})
+        t.log_params({"task": {"device": "cpu", "quick": True}})
+        t.log_metrics({"sparse_cpu.avx512.row.4096x16384.fp32.1.50.speedup": 1.8,
+                       "sparse_cpu.avx512.row.4096x16384.fp32.1.50.time_us": 10.0,
+                       "sparse_cpu.avx512.row.4096x16384.fp32.1.99.speedup": 50.0,
+                       "sparse_cpu.avx512.row.4096x16384.fp32.1.99.time_us": 0.5,
+                       "torch_dense.-.row.4096x16384.fp32.1.0.speedup": 1.0,
+                       "torch_dense.-.row.4096x16384.fp32.1.0.time_us": 20.0})
     return uri
 
 

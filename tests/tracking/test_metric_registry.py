@@ -30,7 +30,8 @@ def test_patterns_cover_families_and_exact_names_win():
     assert metric_spec("stage_profile_s").name == "stage_{stage}_s"
     assert metric_spec("sim_decode_tokens_per_s").name == "sim_decode_tokens_per_s"
     assert metric_spec("adaptive_decode_tokens_per_s").name == "{predictor}_decode_tokens_per_s"
-    assert metric_spec("speedup/relu_fp32_b1") is not None
+    assert metric_spec("sparse_cpu.avx512.row.4096x16384.fp32.1.50.speedup") is not None
+    assert metric_spec("error/fig10_avg_speedup").name == "error/{row}"
     assert metric_spec("made_up") is None
 
 

@@ -16,21 +16,24 @@ from powerbench.figures.simulated import (
     pyplot,
     save_figure,
 )
+from powerbench.ops.bench_report import DENSE
 from powerbench.reproduce.target import Target
 
-METRIC_KEY = re.compile(r"^metrics\.(speedup|time_us)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/b(\d+)/s(\d+)$")
+# the harness's metric names: <backend>.<isa>.<op>.<shape>.<dtype>.<batch>.<sparsity %>.<column>
+METRIC_KEY = re.compile(r"^metrics\.([^.]+)\.[^.]+\.([^.]+)\.([^.]+)\.([^.]+)\.(\d+)\.(\d+)\."
+                        r"(speedup|time_us)$")
 FIG16_COLUMNS = ["device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
                  "dense_time_us", "speedup", "ideal_speedup"]
 
 
 def operator_rows(run: pd.Series, device: str) -> pd.DataFrame:
-    """One bench-operators run's `<speedup|time_us>/<backend>/<op>/<shape>/<dtype>/b<batch>/
-    s<percent>` metrics back into rows (dense time = time / speedup)."""
+    """One bench-operators run's `<backend>.<isa>.<op>.<shape>.<dtype>.<batch>.<percent>.
+    <speedup|time_us>` metrics back into rows (dense time = time x speedup)."""
     cells: dict[tuple, dict[str, float]] = {}
     for name, value in run.items():
         match = METRIC_KEY.match(str(name))
         if match and pd.notna(value):
-            kind, backend, op, shape, dtype, batch, pct = match.groups()
+            backend, op, shape, dtype, batch, pct, kind = match.groups()
             cells.setdefault((backend, op, shape, dtype, int(batch), int(pct) / 100), {})[kind] = \
                 float(value)
     rows = [dict(device=device, backend=k[0], op=k[1], shape=k[2], dtype=k[3], batch=k[4],
@@ -40,7 +43,7 @@ def operator_rows(run: pd.Series, device: str) -> pd.DataFrame:
                                         if c not in ("dense_time_us", "ideal_speedup")])
     frame["dense_time_us"] = frame.time_us * frame.speedup
     frame["ideal_speedup"] = 1.0 / (1.0 - frame.sparsity)
-    frame.loc[frame.backend == "torch_dense", "ideal_speedup"] = 1.0
+    frame.loc[frame.backend.isin(DENSE), "ideal_speedup"] = 1.0
     return frame[FIG16_COLUMNS].sort_values(["op", "shape", "dtype", "batch", "backend",
                                              "sparsity"]).reset_index(drop=True)
 
@@ -50,18 +53,18 @@ def figure(tracking_uri: str | None = None, out_dir: str | Path | None = None,
     """Paper figure 16: speedup of the sparse operators over torch dense vs sparsity, from
     the latest `powerbench bench-operators` run on `device` (MEASURED on its CPU)."""
     runs = finished_runs(experiment, tracking_uri, f"powerbench bench-operators task.device={device}")
-    runs = runs[column(runs, "params.device") == device]
+    runs = runs[column(runs, "params.task.device") == device]
     if runs.empty:
         raise LookupError(f"no bench-operators run on device {device!r} in MLflow experiment "
                           f"{experiment!r}; run: powerbench bench-operators task.device={device}")
     run = runs.sort_values("start_time").iloc[-1]
     table = operator_rows(run, device)
     if table.empty:
-        raise LookupError(f"bench-operators run {run.run_id} logged no speedup/... metrics")
+        raise LookupError(f"bench-operators run {run.run_id} logged no operator speedups")
     where = host_cpu(run.get("tags.host_cpu"))
     table.insert(1, "cpu_model", where)
     plt = pyplot()
-    sparse = table[table.backend != "torch_dense"]
+    sparse = table[~table.backend.isin(DENSE)]
     panels = list(sparse.groupby(["op", "dtype", "batch"], sort=False))
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.5 * max(len(panels), 1), 4),
                              squeeze=False)
@@ -74,7 +77,7 @@ def figure(tracking_uri: str | None = None, out_dir: str | Path | None = None,
                     label=f"{backend} {shape}")
         ax.set_yscale("log")
         ax.set_xlabel("sparsity (share of inactive neurons)")
-        ax.set_ylabel("speedup over torch dense")
+        ax.set_ylabel("speedup over the best dense kernel")
         ax.set_title(f"{op} {dtype} batch {batch}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6)
