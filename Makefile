@@ -33,7 +33,7 @@ mlflow-server: $(STAMP)
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
 	$(VENV)/bin/powerbench mlflow-server $(ARGS)
 
-# Optional llama.cpp peer for experiments/smollm2_sparsity.py (compiles llama.cpp: minutes).
+# Optional llama.cpp peer for bench-threshold and bench-flash (compiles llama.cpp: minutes).
 llamacpp: $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q -e '.[llamacpp]'
 

@@ -112,7 +112,7 @@ def validation_local(tracking_uri: str | None = None, out_dir: str | Path | None
     table = validation_table(search_runs(NAME, tracking_uri))
     if table.empty:
         raise LookupError(f"no validation runs in MLflow experiment {NAME!r}; run: "
-                          "python experiments/validate_local.py")
+                          "powerbench validate")
     out = Path(out_dir) if out_dir is not None else results_dir()
     csv = out / f"{NAME}.csv"
     csv.parent.mkdir(parents=True, exist_ok=True)
