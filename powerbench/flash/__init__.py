@@ -11,16 +11,10 @@ Needs torch and numpy only.
 """
 
 from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.layout import (
-    LayoutError,
-    LayoutGeometry,
-    LayoutHeader,
-    ensure_layout,
-    open_layout,
-    read_layout,
-    write_layout,
-)
-from powerbench.flash.reader import DirectReader, aligned_buffer
+from powerbench.flash.layout import LayoutError, LayoutGeometry, LayoutHeader
+from powerbench.flash.layout_io import ensure_layout, open_layout, read_layout, write_layout
+from powerbench.flash.read_plan import aligned_buffer
+from powerbench.flash.reader import DirectReader
 from powerbench.solver.neuron_cache import (
     CacheStats,
     SegmentedNeuronCache,

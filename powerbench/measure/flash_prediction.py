@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from powerbench.flash.bench import BenchShape, synthetic_profile_for
+from powerbench.flash.bench_inputs import BenchShape, synthetic_profile_for
 from powerbench.flash.overheads import EngineCosts, engine_costs
 from powerbench.simulator.flash_tier import replay
 from powerbench.solver.flash_plan import FlashPlan, FlashPolicy

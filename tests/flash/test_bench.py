@@ -7,7 +7,10 @@ import os
 
 import numpy as np
 
-from powerbench.flash.bench import BenchShape, Variant, page_cache_bytes, run_flash_bench
+from powerbench.flash.bench import run_flash_bench
+from powerbench.flash.bench_inputs import BenchShape
+from powerbench.flash.bench_report import Variant
+from powerbench.flash.page_cache import page_cache_bytes
 
 
 def test_page_cache_probe(tmp_path):
@@ -24,7 +27,7 @@ def test_page_cache_probe(tmp_path):
 
 
 def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
-    shape = BenchShape(name="tiny", n_layers=2, d_model=1024, d_ffn=512, dtype="float16",
+    shape = BenchShape(name="tiny", n_layers=2, d_model=1024, d_ffn=512, dtype="fp16",
                        token_sparsity=0.9)
     variants = [Variant("dram", None), Variant("flash 25%", 0.25),
                 Variant("flash 25% unbundled", 0.25, bundled=False)]

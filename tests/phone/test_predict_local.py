@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from powerbench.flash.bench import BenchShape
+from powerbench.flash.bench_inputs import BenchShape
 from powerbench.flash.overheads import EngineCosts, robust_fit
 from powerbench.measure.flash_prediction import parse_report, predict
 
