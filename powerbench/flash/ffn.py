@@ -174,7 +174,7 @@ class FlashFFN:
         self.load_bytes = self.reader.stats.bytes_read
         self.d_ffn = g.d_ffn
         self.n_layers = g.n_layers
-        self._reset_counters()
+        self.reset_counters()
 
     @staticmethod
     def default_path(cache_dir: str | None, g: Any, fingerprint: str) -> Path:
@@ -243,9 +243,9 @@ class FlashFFN:
         rewind = getattr(self.predictors, "rewind", None)
         if rewind is not None:
             rewind()
-        self._reset_counters()
+        self.reset_counters()
 
-    def _reset_counters(self) -> None:
+    def reset_counters(self) -> None:
         if self.pipeline.planner is not None:
             self.pipeline.planner.counts[:] = 0
         self.cache.stats.reset()
