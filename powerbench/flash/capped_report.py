@@ -21,6 +21,18 @@ GB = 1e9
 MB = 1e6
 
 
+def batch_bandwidth(ceiling: dict[str, float], batch: float) -> float:
+    """Random-read bandwidth at `batch` reads submitted together (the measured cluster-size
+    curve, interpolated in log2(batch); clamped to its ends)."""
+    import numpy as np
+
+    points = sorted((int(k[5:]), v) for k, v in ceiling.items() if k.startswith("batch"))
+    if not points:
+        return ceiling["cluster"]
+    xs, ys = zip(*points, strict=True)
+    return float(np.interp(np.log2(max(batch, 1.0)), np.log2(xs), ys))
+
+
 def summary_rows(report: CappedReport) -> list[dict[str, Any]]:
     """One dict per engine configuration, in the runs' order (llama.cpp last)."""
     ceil = report.ceiling
@@ -48,6 +60,14 @@ def summary_rows(report: CappedReport) -> list[dict[str, Any]]:
             "cgroup_peak_gb": max(r.get("cap_peak", 0) for r in rs) / GB,
             "hit_rate": statistics.median(r.get("hit_rate", 0.0) for r in rs),
         }
+        if flash and bpt:  # each layer's reads are one batch: the disk at that batch size
+            batch = statistics.median(r["reads_per_token"] for r in rs) / rs[0]["n_layers"]
+            row["reads_per_layer"] = batch
+            row["ceiling_tokens_per_s_at_batch"] = batch_bandwidth(ceil, batch) / bpt
+        else:
+            row["reads_per_layer"] = None
+            row["ceiling_tokens_per_s_at_batch"] = at_size / bpt if bpt else float("inf")
+        row["fraction_of_ceiling_at_batch"] = tok / row["ceiling_tokens_per_s_at_batch"]
         row["fraction_of_ceiling_at_size"] = tok / row["ceiling_tokens_per_s_at_size"]
         row["fraction_of_ceiling_best"] = tok / row["ceiling_tokens_per_s_best"]
         ratios = [r["tokens_per_s"] / peer[r["round"]] for r in rs
@@ -65,7 +85,8 @@ def _f(v: Any, fmt: str) -> str:
 def table(rows: list[dict[str, Any]], gains: bool = False, peer: bool = True) -> str:
     head = (f"{'configuration':34s} {'tok/s':>8s} " + (f"{'x peer':>7s} " if peer else "")
             + (f"{'gain':>6s} " if gains else "")
-            + f"{'MB/tok':>8s} {'GB/s':>6s} {'ceil@sz':>8s} {'%':>5s} {'ceil':>8s} {'%':>5s} "
+            + f"{'MB/tok':>8s} {'GB/s':>6s} {'rd/lay':>6s} {'ceil@bt':>8s} {'%':>5s} "
+            f"{'ceil@sz':>8s} {'%':>5s} {'ceil':>8s} {'%':>5s} "
             f"{'peakRSS':>7s} {'limit':>6s} {'cg pk':>6s} {'hit':>5s}")
     out = [head, "-" * len(head)]
     for r in rows:
@@ -74,6 +95,8 @@ def table(rows: list[dict[str, Any]], gains: bool = False, peer: bool = True) ->
             + (f"{_f(r['x_llamacpp'], '7.2f')} " if peer else "")
             + (f"{_f(r['gain_vs_previous'], '6.2f')} " if gains else "")
             + f"{r['read_mb_per_token']:8.1f} {r['storage_gb_s']:6.3f} "
+            f"{_f(r['reads_per_layer'], '6.1f')} {r['ceiling_tokens_per_s_at_batch']:8.4g} "
+            f"{100 * r['fraction_of_ceiling_at_batch']:5.0f} "
             f"{r['ceiling_tokens_per_s_at_size']:8.4g} "
             f"{100 * r['fraction_of_ceiling_at_size']:5.0f} "
             f"{r['ceiling_tokens_per_s_best']:8.4g} {100 * r['fraction_of_ceiling_best']:5.0f} "
@@ -117,9 +140,12 @@ def render(report: CappedReport, title: str, gains: bool = False) -> str:
         f"disk ceiling (same run, AIO random reads on the experiment's files, best of "
         f"before/after): {int(ceil['cluster_bytes']) // 1024} KB (flash cluster) "
         f"{ceil['cluster'] / GB:.3f} GB/s, 512 KB {ceil['512K'] / GB:.3f} GB/s, best "
-        f"{ceil['best'] / GB:.3f} GB/s. ceil@sz = tok/s this bandwidth at the engine's read "
-        "size (flash: cluster; llama.cpp: 512 KB) allows for the row's MB/tok; ceil = at the "
-        "best size; % = tok/s / ceiling",
+        f"{ceil['best'] / GB:.3f} GB/s; cluster-size batches: " + ", ".join(
+            f"{k[5:]}: {v / GB:.2f}" for k, v in ceil.items() if k.startswith("batch"))
+        + " GB/s. ceil@sz = tok/s this bandwidth at the engine's read size (flash: cluster; "
+        "llama.cpp: 512 KB) allows for the row's MB/tok; ceil = at the best size; ceil@bt = "
+        "at the batch size the flash engine submits (rd/lay: its reads per layer call, each "
+        "layer's reads one batch); % = tok/s / ceiling",
         "MB/tok: storage bytes read per decode step by the engine's process (kernel "
         "/proc/<pid>/io read_bytes); GB/s = MB/tok x tok/s; peakRSS/limit: the flash "
         "process's VmHWM per run and its guard; cg pk: the cgroup's peak usage (GB)",

@@ -162,11 +162,14 @@ def measure_ceiling(exp: CappedExperiment) -> dict[str, float]:
 
     g = synthetic_geometry(exp.spec, torch_dtype(exp.dtype), True)
     path = exp.flash_path(True) if exp.flash_path(True).is_file() else exp.flash_path(False)
-    cluster = max((bw for _, bw in batch_curve(path, g.cluster_bytes, 128, 0.4)), default=0.0)
+    curve = batch_curve(path, g.cluster_bytes, 128, 0.4)
+    cluster = max((bw for _, bw in curve), default=0.0)
     big_file = exp.gguf_path if exp.llamacpp else path
     big = max((bw for _, bw in batch_curve(big_file, 512 * 1024, 32, 0.4)), default=0.0)
-    return {"cluster": cluster, "512K": big, "best": max(cluster, big),
-            "cluster_bytes": float(g.cluster_bytes)}
+    out = {"cluster": cluster, "512K": big, "best": max(cluster, big),
+           "cluster_bytes": float(g.cluster_bytes)}
+    out |= {f"batch{b}": bw for b, bw in curve}  # the cluster-size curve, batch by batch
+    return out
 
 
 def run_flash_job(job: FlashJob, cap_bytes: int, name: str,

@@ -191,6 +191,8 @@ def _run_job(job: FlashJob, conn: Any) -> None:
                 "cache_gb": m["flash_cache_gb"], "hit_rate": m["flash_hit_rate"],
                 "hit_hot": m["flash_hit_rate_hot"], "hit_lru": m["flash_hit_rate_lru"],
                 "engine_bytes_per_token": m["flash_bytes_read_per_token"],
+                "reads_per_token": m["flash_reads"] / max(len(steps), 1),
+                "n_layers": g.n_layers,
                 "read_gb_s": m["flash_read_gb_s"], "io_wait_s": m["flash_io_wait_s"],
                 "compute_s": m["flash_compute_s"], "active_fraction":
                 m.get("sparse_computed_fraction", 0.0), "cluster_bytes": g.cluster_bytes,

@@ -173,7 +173,7 @@ class BenchFlashTask:
     capped_rounds: int = 2
     threads: int = 2
     predictor_rank: int = 64  # the seeded predictor MLP run (and charged) per layer call
-    rss_slack_gb: float = 0.5  # the resident guard's slack beyond dense + budget + scratch
+    rss_slack_gb: float = 1.0  # the resident guard's slack beyond dense + budget + scratch
     llamacpp: bool = True  # the llama.cpp peer (needs `make llamacpp`)
     ablation_model: str | None = "opt_1_3b"  # the Fig. 14-order ablation; null: skip it
     ablation_budget: float = 0.5  # of the ablation model's FFN bytes
