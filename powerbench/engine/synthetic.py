@@ -9,7 +9,10 @@ drelu) get LLaMA's (RMSNorm, RoPE, no biases). The input embedding shares the LM
 tensor (tied, as OPT; for LLaMA an untied embedding would be a second copy that a decode
 step only gathers one row of, so sharing changes no timed byte). The FFN output matrix is
 stored in both layouts, as `extract_weights` does: `w2`/`w_down` for the dense GEMV and
-`w2_t`/`w_down_t` (neuron-major) for the sparse operators.
+`w2_t`/`w_down_t` (neuron-major) for the sparse operators. `synthetic_ffn(spec, layer)`
+draws one layer's FFN from its own seed (the flash file's streamed writer draws them one
+at a time); `ffn="per_layer"` builds the decoder with those, `ffn="none"` without any
+(`FFNInFile`: the FFN lives in the flash engine's file only).
 
 Random weights do not activate like trained ones, so the sparse engine's active sets are
 not computed from them: `TraceReplay` replays per-token active sets drawn by

@@ -142,10 +142,16 @@ def capped_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Report]:
         text = render(result, title, gains=ablation)
         print(text, flush=True)
         rows = summary_rows(result)
+        columns = ("config", "tokens_per_s", "gain_vs_previous" if ablation else "x_llamacpp",
+                   "round_tokens_per_s", "read_mb_per_token", "storage_gb_s",
+                   "reads_per_layer", "ceiling_tokens_per_s_at_batch",
+                   "fraction_of_ceiling_at_batch", "ceiling_tokens_per_s_best",
+                   "fraction_of_ceiling_best", "peak_rss_gb", "rss_limit_gb",
+                   "cgroup_peak_gb", "hit_rate")
         reports.append(Report(
             study="flash", name=("ablation_" if ablation else "capped_") + exp.spec.name,
-            rows=[{k: v for k, v in r.items() if k != "round_tokens_per_s"} for r in rows],
-            key=("config",), title=title, notes=text.splitlines()[1:],
+            rows=rows, key=("config",), title=title, columns=columns,
+            notes=text.split("\n\n")[0].splitlines()[1:],
             params={"task": as_container(task), "experiment": {
                 "cap_bytes": exp.cap_bytes, "model_bytes": result.model_bytes,
                 "runs": [dataclasses.asdict(r) for r in exp.runs],
