@@ -55,8 +55,9 @@ def summary_rows(report: CappedReport) -> list[dict[str, Any]]:
             "storage_gb_s": bpt * tok / GB,
             "ceiling_tokens_per_s_at_size": at_size / bpt if bpt else float("inf"),
             "ceiling_tokens_per_s_best": ceil["best"] / bpt if bpt else float("inf"),
-            "peak_rss_gb": max((r.get("peak_rss", 0) for r in rs), default=0) / GB,
-            "rss_limit_gb": min((r.get("rss_limit", 0) for r in rs), default=0) / GB,
+            "cache_gb": statistics.median(r["cache_gb"] for r in rs) if flash else None,
+            "peak_rss_gb": max(r["peak_rss"] for r in rs) / GB if flash else None,
+            "rss_limit_gb": min(r["rss_limit"] for r in rs) / GB if flash else None,
             "cgroup_peak_gb": max(r.get("cap_peak", 0) for r in rs) / GB,
             "hit_rate": statistics.median(r.get("hit_rate", 0.0) for r in rs),
         }
@@ -100,8 +101,8 @@ def table(rows: list[dict[str, Any]], gains: bool = False, peer: bool = True) ->
             f"{r['ceiling_tokens_per_s_at_size']:8.4g} "
             f"{100 * r['fraction_of_ceiling_at_size']:5.0f} "
             f"{r['ceiling_tokens_per_s_best']:8.4g} {100 * r['fraction_of_ceiling_best']:5.0f} "
-            f"{r['peak_rss_gb']:7.2f} {r['rss_limit_gb']:6.2f} {r['cgroup_peak_gb']:6.2f} "
-            f"{r['hit_rate']:5.2f}")
+            f"{_f(r['peak_rss_gb'], '7.2f')} {_f(r['rss_limit_gb'], '6.2f')} "
+            f"{r['cgroup_peak_gb']:6.2f} {r['hit_rate']:5.2f}")
     return "\n".join(out)
 
 
@@ -153,3 +154,30 @@ def render(report: CappedReport, title: str, gains: bool = False) -> str:
         table(summary_rows(report), gains=gains, peer=peer),
     ]
     return "\n".join(lines)
+
+
+def target_lines(rows: list[dict[str, Any]], ratio: float = 3.0, fraction: float = 0.8,
+                 ablation: bool = False) -> list[str]:
+    """The benchmark's targets, met or missed, with the arithmetic."""
+    out = []
+    if ablation:
+        last = rows[-1]
+        ok = last["fraction_of_ceiling_at_batch"] >= fraction
+        out.append(
+            f"target: {last['config']} >= {fraction:.0%} of the disk's ceiling for its bytes: "
+            f"{'met' if ok else 'MISSED'}: {last['tokens_per_s']:.3g} tok/s vs "
+            f"{last['ceiling_tokens_per_s_at_batch']:.4g} tok/s at its batch "
+            f"({last['reads_per_layer'] or 0:.1f} reads/layer) = "
+            f"{last['fraction_of_ceiling_at_batch']:.1%} ({last['read_mb_per_token']:.2f} "
+            f"MB/token; at the best size {last['ceiling_tokens_per_s_best']:.4g} tok/s, "
+            f"{last['fraction_of_ceiling_best']:.1%})")
+        return out
+    for r in rows:
+        if r["x_llamacpp"] is None:
+            continue
+        ok = r["x_llamacpp"] >= ratio
+        out.append(f"target: {r['config']} >= {ratio:g}x llama.cpp: "
+                   f"{'met' if ok else 'MISSED'} ({r['x_llamacpp']:.2f}x; "
+                   f"{r['read_mb_per_token']:.0f} vs llama.cpp "
+                   f"{rows[-1]['read_mb_per_token']:.0f} MB/token read)")
+    return out

@@ -90,7 +90,10 @@ def _join(cgroup: Path) -> None:
 
     (cgroup / "cgroup.procs").write_text(str(os.getpid()))
     limit = cgroup / "memory.limit_in_bytes"
-    limit.write_text(str(int(limit.read_text()) - rss()))
+    try:
+        limit.write_text(str(int(limit.read_text()) - rss()))
+    except OSError:  # the kernel refused a lower limit (e.g. below the usage): keep it
+        pass
 
 
 def flash_worker(job: FlashJob, conn: Any) -> None:

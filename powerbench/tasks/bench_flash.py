@@ -126,7 +126,7 @@ def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]
 
 
 def capped_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Report]:
-    from powerbench.flash.capped_report import render, summary_rows
+    from powerbench.flash.capped_report import render, summary_rows, target_lines
     from powerbench.flash.capped_runs import run_capped
 
     reports = []
@@ -142,16 +142,18 @@ def capped_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Report]:
         text = render(result, title, gains=ablation)
         print(text, flush=True)
         rows = summary_rows(result)
+        targets = target_lines(rows, ablation=ablation)
+        print("\n".join(targets), flush=True)
         columns = ("config", "tokens_per_s", "gain_vs_previous" if ablation else "x_llamacpp",
                    "round_tokens_per_s", "read_mb_per_token", "storage_gb_s",
                    "reads_per_layer", "ceiling_tokens_per_s_at_batch",
                    "fraction_of_ceiling_at_batch", "ceiling_tokens_per_s_best",
-                   "fraction_of_ceiling_best", "peak_rss_gb", "rss_limit_gb",
+                   "fraction_of_ceiling_best", "cache_gb", "peak_rss_gb", "rss_limit_gb",
                    "cgroup_peak_gb", "hit_rate")
         reports.append(Report(
             study="flash", name=("ablation_" if ablation else "capped_") + exp.spec.name,
             rows=rows, key=("config",), title=title, columns=columns,
-            notes=text.split("\n\n")[0].splitlines()[1:],
+            notes=text.split("\n\n")[0].splitlines()[1:] + targets,
             params={"task": as_container(task), "experiment": {
                 "cap_bytes": exp.cap_bytes, "model_bytes": result.model_bytes,
                 "runs": [dataclasses.asdict(r) for r in exp.runs],

@@ -185,3 +185,31 @@ def test_random_gguf_has_the_llama_tensors(spec, tmp_path):
     assert gate.tensor_type.name == "F16" and sorted(gate.shape.tolist()) == sorted(
         [spec.d_model, spec.d_ffn])
     assert np.isfinite(np.asarray(gate.data, dtype=np.float32)).all()
+
+
+def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
+    from types import SimpleNamespace
+
+    from powerbench.flash.capped_runs import model_bytes
+    from powerbench.tasks.bench_flash import capped_experiments
+    from powerbench.tasks.config import BenchFlashTask
+
+    main, ablation = capped_experiments(BenchFlashTask(work_dir=str(tmp_path)),
+                                        SimpleNamespace(cache_dir=None))
+    assert main.spec.name == "llama_reglu_13b" and main.llamacpp
+    assert 24e9 < model_bytes(main.spec) < 28e9  # ~26 GB in fp16
+    assert main.cap_bytes <= 2 / 3 * model_bytes(main.spec)
+    assert [s.token_sparsity for s in main.sparsities] == [0.78, 0.89]  # published, ProSparse
+    assert len(main.runs) == 4 and {r.sparsity for r in main.runs} == {"published", "sparser"}
+    assert [r.label for r in ablation.runs] == ["page-cache reads", "+Bundle", "+NeuronCache",
+                                                "+Pipeline"]
+    flags = [(r.bundled, r.direct, r.cache, r.pipeline) for r in ablation.runs]
+    assert flags == [(False, False, False, False), (True, False, False, False),
+                     (True, True, True, False), (True, True, True, True)]  # cumulative
+    assert not ablation.llamacpp and len({r.budget_gb for r in ablation.runs}) == 1
+    with pytest.raises(ValueError, match="task.cap_fraction"):
+        capped_experiments(BenchFlashTask(cap_fraction=1.5), SimpleNamespace(cache_dir=None))
+    with pytest.raises(ValueError, match="task.mode"):
+        from powerbench.tasks.bench_flash import bench_flash
+
+        bench_flash(BenchFlashTask(mode="nope"), SimpleNamespace(), tmp_path)
