@@ -121,10 +121,12 @@ def check_disk(exp: CappedExperiment, files: dict[Path, int]) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     missing = {p: n for p, n in files.items() if not p.is_file()}
-    need = sum(n for p, n in missing.items()
-               if not p.with_name(p.name + ".partial").is_file())
-    need += sum(max(n - p.with_name(p.name + ".partial").stat().st_size, 0)
-                for p, n in missing.items() if p.with_name(p.name + ".partial").is_file())
+
+    def still_to_write(path: Path, n: int) -> int:  # a partial write already holds its size
+        partial = path.with_name(path.name + ".partial")
+        return n - partial.stat().st_size if partial.is_file() else n
+
+    need = sum(max(still_to_write(p, n), 0) for p, n in missing.items())
     if need + DISK_MARGIN_BYTES > free:
         listing = ", ".join(f"{p.name} {n / GB:.1f} GB" for p, n in missing.items())
         raise InsufficientDiskSpace(
