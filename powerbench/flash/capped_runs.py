@@ -122,9 +122,9 @@ def check_disk(exp: CappedExperiment, files: dict[Path, int]) -> None:
     free = shutil.disk_usage(probe).free
     missing = {p: n for p, n in files.items() if not p.is_file()}
 
-    def still_to_write(path: Path, n: int) -> int:  # a partial write already holds its size
+    def still_to_write(path: Path, n: int) -> int:  # what a partial write holds on disk
         partial = path.with_name(path.name + ".partial")
-        return n - partial.stat().st_size if partial.is_file() else n
+        return n - partial.stat().st_blocks * 512 if partial.is_file() else n  # (sparse)
 
     need = sum(max(still_to_write(p, n), 0) for p, n in missing.items())
     if need + DISK_MARGIN_BYTES > free:
