@@ -121,7 +121,7 @@ def render(report: CappedReport, title: str, gains: bool = False) -> str:
         "tokens are not compared.",
         f"{report.started} - {report.finished} ({report.seconds:.0f} s); machine: "
         f"{cpu_model()}; load average before {report.loadavg_before}, after "
-        f"{report.loadavg_after}",
+        f"{report.loadavg_after}; MemAvailable at the start {report.mem_available / GB:.1f} GB",
         f"model {s.name}: {s.n_layers} layers, d_model {s.d_model}, d_ffn {s.d_ffn}, "
         f"{s.ffn_kind.value}, {exp.dtype}, {report.model_bytes / GB:.2f} GB of weights (tied "
         "embedding / LM head); files: " + ", ".join(

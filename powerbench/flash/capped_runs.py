@@ -85,6 +85,7 @@ class CappedReport:
     finished: str
     seconds: float
     cap_stats: list[dict[str, Any]] = field(default_factory=list)
+    mem_available: int = 0  # the machine's MemAvailable at the start (bytes)
 
 
 def _utc() -> str:
@@ -218,8 +219,10 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
     from powerbench.flash.page_cache import drop_page_cache
 
     t_start, started = time.perf_counter(), _utc()
+    from powerbench.flash.resident import memory_available
+
     sizes = prepare_files(exp, log)
-    load_before = os.getloadavg()
+    load_before, mem_available = os.getloadavg(), memory_available()
     ceilings = [measure_ceiling(exp)]
     job = FlashJob(spec=exp.spec, dtype=exp.dtype, seed=exp.seed,
                    files={b: str(exp.flash_path(b)) for b in {r.bundled for r in exp.runs}},
@@ -285,4 +288,4 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
                         model_bytes=model_bytes(exp.spec), file_bytes=sizes,
                         loadavg_before=load_before, loadavg_after=load_after, started=started,
                         finished=_utc(), seconds=time.perf_counter() - t_start,
-                        cap_stats=cap_stats)
+                        cap_stats=cap_stats, mem_available=mem_available)
