@@ -14,6 +14,7 @@ weights; the payload CRCs with `verify="full"`) and raises `LayoutError` with th
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -106,10 +107,20 @@ def write_layout(path: str | os.PathLike, layers: Sequence[LayerFFN] | LayerSour
     `progress(done, n_layers)` is called after each layer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    g = geometry
     source: LayerSource = layers.__getitem__ if isinstance(layers, Sequence) else layers
-    if isinstance(layers, Sequence) and len(layers) != g.n_layers:
-        raise ValueError(f"{len(layers)} layers, geometry says {g.n_layers}")
+    if isinstance(layers, Sequence) and len(layers) != geometry.n_layers:
+        raise ValueError(f"{len(layers)} layers, geometry says {geometry.n_layers}")
+    # one writer per folder at a time: the partial file's name is fixed (for resuming)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        return _write(path, source, geometry, fingerprint, resume, progress)
+    finally:
+        os.close(folder)
+
+
+def _write(path: Path, source: LayerSource, g: LayoutGeometry, fingerprint: str, resume: bool,
+           progress: Callable[[int, int], None] | None) -> LayoutHeader:
     n, header_bytes, file_bytes = g.n_layers, g.header_bytes, g.file_bytes
     offsets = tuple(header_bytes + i * g.layer_bytes for i in range(n))
     bias_offset = header_bytes + n * g.layer_bytes
