@@ -153,7 +153,7 @@ class FlashBenchReport:
             "engine's own planning; subm: handing reads to the kernel, io_submit's per-read "
             "kernel work included; wait: blocked on reads; comp: sparse kernels); "
             f"wall {self.seconds:.0f} s",
-            f"storage (O_DIRECT={st.direct}, {st.path}): random reads "
+            f"storage (O_DIRECT={st.direct}, the weight files' folder): random reads "
             + ", ".join(f"{r.block_bytes // 1024}K qd{r.queue_depth} "
                         f"{r.bandwidth / GB:.2f} GB/s ({r.latency_s * 1e6:.0f} us)"
                         for r in st.results),
