@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,10 +78,104 @@ def dequantised_gguf(src: Path | str, out: Path | str, precision: Precision = "f
     return out
 
 
+def random_llama_gguf(spec: Any, out: Path | str, seed: int = 0,
+                      progress: Any = None) -> Path:
+    """Write an F16 GGUF of `spec`'s LLaMA shape (`ModelSpec`: layers, widths, heads,
+    vocabulary) with seeded random weights, one tensor at a time (never the model in
+    memory): a 13B-shaped file (26 GB) needs ~300 MB of RAM. llama.cpp runs every gated
+    FFN as SwiGLU, so a ReGLU spec is written as LLaMA: the same shapes and bytes. The
+    values: one seeded block of 16M standard-normal values x 0.02, tiled with a per-tensor
+    offset (only speed and traffic mean anything for such a model); norms are ones (F32).
+    The LM head is tied to the token embedding (no `output.weight`: llama.cpp reuses
+    `token_embd`), as our synthetic decoder ties them. The vocabulary is a stand-in
+    (byte tokens, <unk>/<s>/</s>, placeholders). Written to `<out>.tmp`, then renamed;
+    an existing `out` is kept. Returns `out`."""
+    import gguf
+    import numpy as np
+
+    out = Path(out)
+    if out.is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    d, f, hd = spec.d_model, spec.d_ffn, spec.head_dim
+    q_out, kv_out = spec.n_heads * hd, spec.n_kv_heads * hd
+    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (spec.vocab_size, d)),
+                                                 ("output_norm.weight", (d,))]
+    for i in range(spec.n_layers):
+        b = f"blk.{i}."
+        shapes += [(b + "attn_norm.weight", (d,)), (b + "attn_q.weight", (q_out, d)),
+                   (b + "attn_k.weight", (kv_out, d)), (b + "attn_v.weight", (kv_out, d)),
+                   (b + "attn_output.weight", (d, q_out)), (b + "ffn_norm.weight", (d,)),
+                   (b + "ffn_gate.weight", (f, d)), (b + "ffn_up.weight", (f, d)),
+                   (b + "ffn_down.weight", (d, f))]
+    w = gguf.GGUFWriter(tmp, "llama")
+    w.add_name(f"powerbench synthetic {spec.name}")
+    w.add_context_length(spec.max_positions)
+    w.add_embedding_length(d)
+    w.add_block_count(spec.n_layers)
+    w.add_feed_forward_length(f)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_rope_dimension_count(hd)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    rest = [f"t{i}" for i in range(spec.vocab_size - len(specials) - len(byte_tokens))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(specials + byte_tokens + rest)
+    w.add_token_scores([0.0] * spec.vocab_size)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(rest))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    for name, shape in shapes:
+        dt = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    block = (np.random.default_rng(seed).standard_normal(1 << 24, dtype=np.float32) * 0.02
+             ).astype(np.float16)
+    for k, (_, shape) in enumerate(shapes):
+        n = int(np.prod(shape))
+        if len(shape) == 1:
+            data = np.ones(n, dtype=np.float32)
+        else:
+            start = (k * 7_919_003) % block.size
+            data = np.resize(np.roll(block, -start), n)
+        w.write_tensor_data(data.reshape(shape))
+        del data
+        if progress is not None:
+            progress(k + 1, len(shapes))
+    w.close()
+    with open(tmp, "rb") as fh:  # the file is for llama.cpp's mmap, not the page cache now
+        os.fsync(fh.fileno())
+        os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    tmp.replace(out)
+    return out
+
+
+def _read_bytes() -> int:
+    """Bytes this process caused to be read from storage (/proc/self/io; -1 off Linux)."""
+    try:
+        with open("/proc/self/io") as fh:
+            for line in fh:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
 @dataclass
 class LlamaCppTiming:
     prefill_s: float
     step_s: list[float]
+    # storage bytes read by the process (the kernel's count) during the prefill and each step
+    prefill_read_bytes: int = -1
+    step_read_bytes: list[int] | None = None
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -130,16 +225,21 @@ class LlamaCppRunner:
             raise ValueError("new_tokens must be >= 1")
         llm = self.llm
         llm.reset()
+        reads = [_read_bytes()]
         start = time.perf_counter()
         llm.eval(list(prompt))
         tokens = [self._next()]
         stamps = [time.perf_counter()]
+        reads.append(_read_bytes())
         for _ in range(new_tokens - 1):
             llm.eval([tokens[-1]])
             tokens.append(self._next())
             stamps.append(time.perf_counter())
+            reads.append(_read_bytes())
         steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        return tokens, LlamaCppTiming(prefill_s=stamps[0] - start, step_s=steps)
+        deltas = [b - a for a, b in zip(reads, reads[1:], strict=False)]
+        return tokens, LlamaCppTiming(prefill_s=stamps[0] - start, step_s=steps,
+                                      prefill_read_bytes=deltas[0], step_read_bytes=deltas[1:])
 
     def close(self) -> None:
         close = getattr(self.llm, "close", None)
@@ -155,7 +255,10 @@ _MARK = "@@powerbench-llamacpp "
 class LlamaCppProcess:
     """`LlamaCppRunner` in a child process (see the module doc); same `generate` API."""
 
-    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512) -> None:
+    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
+        """`preexec_fn`: run in the child before it starts Python (e.g. joining a memory
+        cgroup, so that everything the child maps is charged there)."""
         if not llamacpp_available():
             raise ImportError("llama.cpp comparisons need llama-cpp-python: "
                               "`pip install '.[llamacpp]'` (or `make llamacpp`)")
@@ -165,8 +268,12 @@ class LlamaCppProcess:
             [sys.executable, str(Path(__file__).resolve()), "--worker", str(self.path),
              str(threads), str(n_ctx)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1)
+            text=True, bufsize=1, preexec_fn=preexec_fn)
         self._call({"cmd": "ping"})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def _call(self, request: dict) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -185,7 +292,9 @@ class LlamaCppProcess:
                                                                          LlamaCppTiming]:
         reply = self._call({"cmd": "generate", "prompt": [int(t) for t in prompt],
                             "new_tokens": int(new_tokens)})
-        return reply["tokens"], LlamaCppTiming(reply["prefill_s"], reply["step_s"])
+        return reply["tokens"], LlamaCppTiming(reply["prefill_s"], reply["step_s"],
+                                               reply.get("prefill_read_bytes", -1),
+                                               reply.get("step_read_bytes"))
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -216,7 +325,9 @@ def _worker(argv: Sequence[str]) -> int:
             else:
                 tokens, timing = runner.generate(request["prompt"], request["new_tokens"])
                 reply = {"tokens": tokens, "prefill_s": timing.prefill_s,
-                         "step_s": timing.step_s}
+                         "step_s": timing.step_s,
+                         "prefill_read_bytes": timing.prefill_read_bytes,
+                         "step_read_bytes": timing.step_read_bytes}
         except Exception as err:  # reported to the parent, which raises
             reply = {"error": f"{type(err).__name__}: {err}"}
         print(_MARK + json.dumps(reply), flush=True)

@@ -9,7 +9,10 @@ drelu) get LLaMA's (RMSNorm, RoPE, no biases). The input embedding shares the LM
 tensor (tied, as OPT; for LLaMA an untied embedding would be a second copy that a decode
 step only gathers one row of, so sharing changes no timed byte). The FFN output matrix is
 stored in both layouts, as `extract_weights` does: `w2`/`w_down` for the dense GEMV and
-`w2_t`/`w_down_t` (neuron-major) for the sparse operators.
+`w2_t`/`w_down_t` (neuron-major) for the sparse operators. `synthetic_ffn(spec, layer)`
+draws one layer's FFN from its own seed (the flash file's streamed writer draws them one
+at a time); `ffn="per_layer"` builds the decoder with those, `ffn="none"` without any
+(`FFNInFile`: the FFN lives in the flash engine's file only).
 
 Random weights do not activate like trained ones, so the sparse engine's active sets are
 not computed from them: `TraceReplay` replays per-token active sets drawn by
@@ -28,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -60,21 +63,19 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-def synthetic_spec(model: str, layers: int | None = None,
-                   overrides: Sequence[str] = ()) -> ModelSpec:
-    """The ModelSpec of model config `model` (its `spec` section, after `overrides` such
-    as "spec.d_model=64"), with at most `layers` layers."""
-    from powerbench.config import group_config
+def synthetic_spec(model_cfg: Any, layers: int | None = None) -> ModelSpec:
+    """The ModelSpec of a composed model config (its `spec` section; the task layer
+    composes it, `powerbench.tasks.inputs.synthetic_spec`), with at most `layers` layers."""
     from powerbench.model.loading import spec_from_config
 
-    cfg = group_config("model", model, list(overrides))
-    if getattr(cfg, "spec", None) is None:
-        raise ValueError(f"model={model} has no `spec` section (shapes): synthetic weights need "
-                         "one (e.g. opt_6_7b, llama_reglu_7b); add it to conf/model/{model}.yaml "
+    name = getattr(model_cfg, "name", "?")
+    if getattr(model_cfg, "spec", None) is None:
+        raise ValueError(f"model={name} has no `spec` section (shapes): synthetic weights need "
+                         "one (e.g. opt_6_7b, llama_reglu_7b); add it to conf/model/<name>.yaml "
                          "or pass task.synthetic_overrides")
-    spec = spec_from_config(cfg)
+    spec = spec_from_config(model_cfg)
     if spec.n_experts > 1:
-        raise ValueError(f"model={model} is a mixture of experts: not supported by the decoder")
+        raise ValueError(f"model={name} is a mixture of experts: not supported by the decoder")
     if layers is not None:
         if layers <= 0:
             raise ValueError("task.layers must be positive")
@@ -102,10 +103,48 @@ def _norm(kind: str, d: int, dtype: torch.dtype) -> NormWeights:
     return NormWeights("rms", torch.ones(d, dtype=dtype), None, 1e-6)
 
 
+@dataclass(frozen=True)
+class FFNInFile:
+    """A layer's FFN that is not in DRAM (its weights live in the flash engine's file):
+    the kind and width only, for `DecoderWeights.ffn_kind`; no dense FFN can run it."""
+
+    kind: FFNKind
+    d_ffn: int
+
+
+FFNMode = Literal["inline", "per_layer", "none"]
+
+
+def synthetic_ffn(spec: ModelSpec, layer: int, dtype: torch.dtype = torch.float16,
+                  seed: int = 0, dense_copy: bool = True) -> ReluFFNWeights | GatedFFNWeights:
+    """Layer `layer`'s FFN, seeded by (seed, layer) alone: any one layer can be drawn
+    without the others (the flash file's streamed, resumable writer draws them one at a
+    time). `dense_copy` False: `w2`/`w_down` is a transposed view, not a second copy."""
+    rnd = _Random(seed * 1_000_003 + 7_919 * (layer + 1), dtype)
+    d, f = spec.d_model, spec.d_ffn
+    if spec.ffn_kind == FFNKind.relu:
+        w2_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))  # fan-in of fc2 is d_ffn
+        w2 = w2_t.t().contiguous() if dense_copy else w2_t.t()
+        return ReluFFNWeights(w1=rnd.matrix(f, d), b1=rnd.vector(f), w2=w2, w2_t=w2_t,
+                              b2=rnd.vector(d))
+    w_down_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))
+    w_down = w_down_t.t().contiguous() if dense_copy else w_down_t.t()
+    return GatedFFNWeights(w_gate=rnd.matrix(f, d), w_up=rnd.matrix(f, d), w_down=w_down,
+                           w_down_t=w_down_t, kind=spec.ffn_kind)
+
+
 def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float16,
-                              seed: int = 0) -> DecoderWeights:
+                              seed: int = 0, ffn: FFNMode = "inline") -> DecoderWeights:
     """A `DecoderWeights` of `spec`'s shape with seeded random weights (see the module
-    docstring); `spec.n_layers` layers, `spec.vocab_size` rows in the LM head."""
+    docstring); `spec.n_layers` layers, `spec.vocab_size` rows in the LM head.
+
+    `ffn`: "inline" draws each FFN from the same generator as the attention (the
+    original sequence); "per_layer" uses `synthetic_ffn` (the flash file's weights);
+    "none" leaves the FFNs out (`FFNInFile`: a decoder whose FFN is read from flash holds
+    attention, norms, embeddings and the LM head only). "per_layer" and "none" draw the
+    same non-FFN weights."""
+    if ffn not in ("inline", "per_layer", "none"):
+        raise ValueError(f"ffn={ffn!r}: choose inline, per_layer or none")
     rnd = _Random(seed, dtype)
     d, f = spec.d_model, spec.d_ffn
     hd = spec.head_dim
@@ -113,23 +152,30 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
     opt = spec.ffn_kind == FFNKind.relu
     norm_kind = "layer" if opt else "rms"
     layers = []
-    for _ in range(spec.n_layers):
+    for i in range(spec.n_layers):
         attn = AttentionWeights(wq=rnd.matrix(q_out, d), wk=rnd.matrix(kv_out, d),
                                 wv=rnd.matrix(kv_out, d), wo=rnd.matrix(d, q_out))
         if opt:
             attn.bq, attn.bk, attn.bv, attn.bo = (rnd.vector(q_out), rnd.vector(kv_out),
                                                   rnd.vector(kv_out), rnd.vector(d))
+        layer_ffn: ReluFFNWeights | GatedFFNWeights | FFNInFile
+        if ffn == "none":
+            layer_ffn = FFNInFile(spec.ffn_kind, f)
+        elif ffn == "per_layer":
+            layer_ffn = synthetic_ffn(spec, i, dtype, seed)
+        elif opt:
             w2_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))  # fan-in of fc2 is d_ffn
-            ffn: ReluFFNWeights | GatedFFNWeights = ReluFFNWeights(
+            layer_ffn = ReluFFNWeights(
                 w1=rnd.matrix(f, d), b1=rnd.vector(f), w2=w2_t.t().contiguous(), w2_t=w2_t,
                 b2=rnd.vector(d))
         else:
             w_down_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))
-            ffn = GatedFFNWeights(w_gate=rnd.matrix(f, d), w_up=rnd.matrix(f, d),
-                                  w_down=w_down_t.t().contiguous(), w_down_t=w_down_t,
-                                  kind=spec.ffn_kind)
+            layer_ffn = GatedFFNWeights(w_gate=rnd.matrix(f, d), w_up=rnd.matrix(f, d),
+                                        w_down=w_down_t.t().contiguous(), w_down_t=w_down_t,
+                                        kind=spec.ffn_kind)
         layers.append(LayerWeights(attn_norm=_norm(norm_kind, d, dtype), attn=attn,
-                                   ffn_norm=_norm(norm_kind, d, dtype), ffn=ffn))
+                                   ffn_norm=_norm(norm_kind, d, dtype),
+                                   ffn=layer_ffn))  # type: ignore[arg-type]
     lm_head = rnd.matrix(spec.vocab_size, d)
     common: dict[str, Any] = dict(
         d_model=d, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=hd,

@@ -1,26 +1,27 @@
 """PowerInfer-2's flash-offloaded FFN: weights in a file, a segmented neuron cache in DRAM.
 
-- `layout`: the bundled / unbundled, cluster-aligned weight file (header, checksums)
-- `reader`: page-cache-bypassing (O_DIRECT) reads through an I/O thread pool
-- `cache`: the segmented neuron cache (pinned hot + per-layer LRU), policy only
-- `pipeline`: one layer call: lookup, reads overlapped with the resident neurons' compute
-- `ffn`: `FlashFFN`, the decoder FFN for engine=flash
-- `bench`: FFN-only decode benchmark against the in-DRAM `SparseFFN`
+- `layout`, `layout_io`: the bundled / unbundled, cluster-aligned weight file (geometry,
+  header, checksums; the streamed, resumable writer and the checks)
+- `synthetic_file`: a synthetic model's file drawn layer by layer (the FFN never in DRAM)
+- `read_plan`, `reader`, `aio`, `uring`, `workers`: page-cache-bypassing (O_DIRECT) reads,
+  batched (native AIO, io_uring or a thread pool)
+- `arena`, `layer_pipeline`, `plan`: one layer call: cache lookup (compiled planner),
+  reads overlapped with the resident neurons' compute
+- `ffn`: `FlashFFN`, the decoder FFN for engine=flash (the cache policy is
+  `powerbench.solver.neuron_cache`)
+- `bench`, `bench_inputs`, `bench_report`, `page_cache`, `overheads`, `lookahead_recall`:
+  the FFN-only benchmark against the in-DRAM `SparseFFN` and its unit costs
+- `capped_runs`, `capped_worker`, `capped_report`, `memcap`, `resident`: a model larger
+  than its memory cap (a cgroup), against llama.cpp's mmap, with the resident-memory guard
 
 Needs torch and numpy only.
 """
 
 from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.layout import (
-    LayoutError,
-    LayoutGeometry,
-    LayoutHeader,
-    ensure_layout,
-    open_layout,
-    read_layout,
-    write_layout,
-)
-from powerbench.flash.reader import DirectReader, aligned_buffer
+from powerbench.flash.layout import LayoutError, LayoutGeometry, LayoutHeader
+from powerbench.flash.layout_io import ensure_layout, open_layout, read_layout, write_layout
+from powerbench.flash.read_plan import aligned_buffer
+from powerbench.flash.reader import DirectReader
 from powerbench.solver.neuron_cache import (
     CacheStats,
     SegmentedNeuronCache,

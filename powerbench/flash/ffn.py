@@ -11,7 +11,7 @@ page-cache-bypassing reads of the missing clusters (`io_engine`: "auto", the def
 Linux native AIO where O_DIRECT is in effect: one `io_submit` per layer through
 preallocated iocbs, measured faster side by side on the 2-vCPU VM than the pool of
 `io_threads` reader threads, "threads"), overlapped with the resident neurons' compute
-(`pipeline`), then the rest (`powerbench.flash.pipeline`).
+(`pipeline`), then the rest (`powerbench.flash.layer_pipeline`).
 
 DRAM use: the cache (the budget), one layer's worth of scratch slots for uncached reads
 (`flash_scratch_gb`), the biases. The decoder's own `weights` still hold every FFN
@@ -25,7 +25,11 @@ path does, reading the missing ones from the file into scratch without caching t
 
 The engine builds it from the `ffn` node: `FlashFFN(weights=..., **node, predictors=...,
 profile=..., loaded=...)`. The decoder's in-DRAM copy of the weights is read only to
-write (and fingerprint) the file; every FFN call computes from the cache.
+write (and fingerprint) the file; every FFN call computes from the cache. With
+`weights=None` and a `path` (a file written beforehand, e.g. streamed by
+`powerbench.flash.synthetic_file`) no FFN weight is ever in DRAM beyond the cache and
+one layer of scratch: the file's geometry is used as it is (`bundled` and
+`cluster_neurons` are the file's).
 """
 
 from __future__ import annotations
@@ -40,14 +44,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from powerbench.flash.layout import (
-    Verify,
-    ensure_layout,
-    geometry_for,
-    layers_of,
-    weights_fingerprint,
-)
-from powerbench.flash.pipeline import LayerPipeline
+from powerbench.flash.layer_pipeline import LayerPipeline
+from powerbench.flash.layout import Verify, geometry_for, layers_of, weights_fingerprint
+from powerbench.flash.layout_io import ensure_layout, open_layout
 from powerbench.flash.reader import DirectReader
 from powerbench.ops import get_backend
 from powerbench.predictor.replay import ReplayedActiveSets
@@ -88,11 +87,11 @@ class FlashFFN:
                              "with predictor=fixed, adaptive or oracle")
         if loaded is not None:
             predictors.check_compatible(loaded.spec)
-        if weights.device.type != "cpu":
+        if weights is not None and weights.device.type != "cpu":
             raise ValueError(f"FlashFFN computes on the CPU; the weights are on {weights.device}")
         move = getattr(predictors, "to", None)
         if callable(move):
-            move(device=weights.device)
+            move(device=torch.device("cpu"))
         if getattr(predictors, "idealised", False):
             predictors = ReplayedActiveSets(predictors)
         self.predictors = predictors
@@ -105,16 +104,26 @@ class FlashFFN:
         self.compute_threads = compute_threads
 
         # ---- the file ----
-        layers = layers_of(weights)
-        kind = _kind(weights)
-        g = geometry_for(layers, kind, bundled, cluster_neurons)
-        self.fingerprint = weights_fingerprint(layers, kind)
-        self.path = Path(path) if path else self.default_path(cache_dir, g, self.fingerprint)
         t0 = time.perf_counter()
-        self.header, self.rebuilt = ensure_layout(self.path, layers, g, self.fingerprint, verify)
+        if weights is None:  # the FFN lives only in the file (written beforehand)
+            if path is None:
+                raise ValueError("FlashFFN without weights needs the path of its weight file")
+            self.path = Path(path)
+            self.header, self.rebuilt = open_layout(self.path, verify=verify), False
+            self.fingerprint = self.header.fingerprint
+            g = self.header.geometry
+        else:
+            layers = layers_of(weights)
+            kind = _kind(weights)
+            g = geometry_for(layers, kind, bundled, cluster_neurons)
+            self.fingerprint = weights_fingerprint(layers, kind)
+            self.path = Path(path) if path else self.default_path(cache_dir, g,
+                                                                   self.fingerprint)
+            self.header, self.rebuilt = ensure_layout(self.path, layers, g, self.fingerprint,
+                                                      verify)
+            del layers
         self.file_s = time.perf_counter() - t0
         self.geometry = g
-        del layers
         b1, b2 = self._biases()
 
         # ---- the cache ----
@@ -165,7 +174,7 @@ class FlashFFN:
         self.load_bytes = self.reader.stats.bytes_read
         self.d_ffn = g.d_ffn
         self.n_layers = g.n_layers
-        self._reset_counters()
+        self.reset_counters()
 
     @staticmethod
     def default_path(cache_dir: str | None, g: Any, fingerprint: str) -> Path:
@@ -234,9 +243,9 @@ class FlashFFN:
         rewind = getattr(self.predictors, "rewind", None)
         if rewind is not None:
             rewind()
-        self._reset_counters()
+        self.reset_counters()
 
-    def _reset_counters(self) -> None:
+    def reset_counters(self) -> None:
         if self.pipeline.planner is not None:
             self.pipeline.planner.counts[:] = 0
         self.cache.stats.reset()

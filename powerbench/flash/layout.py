@@ -15,24 +15,20 @@ clusters, each padded to 4096 bytes: one cluster costs one read per matrix (2 or
 Header: the fixed prefix `MAGIC | u32 version | u32 header_bytes | u32 json_bytes |
 u32 json_crc32` then a JSON document: the geometry (kind, shapes, dtype, cluster size,
 bundled), per-layer offsets and CRC32s of the layer payloads, the biases' offset and CRC,
-the file size, and the fingerprint (CRC32) of the weights it was written from.
-`open_layout` checks all of it (bad magic, version, header checksum, truncation, other
-shapes, stale weights; the payload CRCs with `verify="full"`) and raises `LayoutError`
-with the reason; `ensure_layout` then rewrites the file.
+the file size, and the fingerprint of the weights it was written from (a CRC32 of their
+bytes, or of the recipe for synthetic ones). Writing, checking and reading the file:
+`powerbench.flash.layout_io`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
-import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -147,6 +143,17 @@ class LayoutGeometry:
     def bias_bytes(self) -> int:
         return self.n_layers * (self.d_ffn + self.d_model) * 4 if self.has_bias else 0
 
+    @property
+    def header_bytes(self) -> int:
+        """The header block: its size depends on its own numbers only through their
+        digits, so room for the widest values is reserved."""
+        return align_up(_PREFIX.size + 600 + 40 * self.n_layers + 64 * 2)
+
+    @property
+    def file_bytes(self) -> int:
+        """The whole file: header, layers, biases."""
+        return align_up(self.header_bytes + self.n_layers * self.layer_bytes + self.bias_bytes)
+
     # ---- where a cluster lives ------------------------------------------------------------
     def cluster_extents(self, layer_offset: int, clusters: np.ndarray,
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -227,23 +234,23 @@ class LayerFFN:
     b2: Tensor | None = None
 
 
+def layer_ffn(f: object) -> LayerFFN:
+    """One layer's FFN weights (`ReluFFNWeights` / `GatedFFNWeights`) -> `LayerFFN`."""
+    if hasattr(f, "w1"):
+        b1 = None if f.b1 is None else f.b1.float()  # type: ignore[attr-defined]
+        b2 = None if f.b2 is None else f.b2.float()  # type: ignore[attr-defined]
+        if (b1 is None) != (b2 is None):  # one missing bias is stored as zeros
+            b1 = torch.zeros(f.w1.shape[0]) if b1 is None else b1  # type: ignore[attr-defined]
+            b2 = torch.zeros(f.w1.shape[1]) if b2 is None else b2  # type: ignore[attr-defined]
+        return LayerFFN((f.w1, f.w2_t), b1, b2)  # type: ignore[attr-defined]
+    if any(getattr(f, b, None) is not None for b in ("b_gate", "b_up", "b_down")):
+        raise ValueError("flash gated FFNs have no biases; this model has some")
+    return LayerFFN((f.w_gate, f.w_up, f.w_down_t))  # type: ignore[attr-defined]
+
+
 def layers_of(weights: object) -> list[LayerFFN]:
     """`DecoderWeights` (powerbench.engine.weights) -> per-layer `LayerFFN`s (no copies)."""
-    out = []
-    for layer in weights.layers:  # type: ignore[attr-defined]
-        f = layer.ffn
-        if hasattr(f, "w1"):
-            b1 = None if f.b1 is None else f.b1.float()
-            b2 = None if f.b2 is None else f.b2.float()
-            if (b1 is None) != (b2 is None):  # one missing bias is stored as zeros
-                b1 = torch.zeros(f.w1.shape[0]) if b1 is None else b1
-                b2 = torch.zeros(f.w1.shape[1]) if b2 is None else b2
-            out.append(LayerFFN((f.w1, f.w2_t), b1, b2))
-        else:
-            if any(b is not None for b in (f.b_gate, f.b_up, f.b_down)):
-                raise ValueError("flash gated FFNs have no biases; this model has some")
-            out.append(LayerFFN((f.w_gate, f.w_up, f.w_down_t)))
-    return out
+    return [layer_ffn(layer.ffn) for layer in weights.layers]  # type: ignore[attr-defined]
 
 
 def geometry_for(layers: Sequence[LayerFFN], kind: str, bundled: bool,
@@ -274,189 +281,3 @@ def weights_fingerprint(layers: Sequence[LayerFFN], kind: str) -> str:
             if t is not None:
                 crc = zlib.crc32(_bytes(t), crc)
     return f"{crc:08x}"
-
-
-def _layer_block(g: LayoutGeometry, layer: LayerFFN) -> np.ndarray:
-    """One layer's bytes in file order (uint8 [layer_bytes])."""
-    cn, d = g.cluster_neurons, g.d_model
-    padded = g.n_clusters * cn
-    parts = []
-    for p in layer.parts:
-        p = p.detach().cpu().to(g.torch_dtype)
-        if tuple(p.shape) != (g.d_ffn, d):
-            raise ValueError(f"FFN part of shape {tuple(p.shape)}, expected {(g.d_ffn, d)}")
-        if padded > g.d_ffn:
-            p = torch.cat([p, p.new_zeros(padded - g.d_ffn, d)])
-        parts.append(p.contiguous().view(torch.uint8).numpy().reshape(g.n_clusters, cn, -1))
-    if g.bundled:
-        body = np.stack(parts, axis=2).reshape(g.n_clusters, cn * g.bundle_bytes)
-        out = np.zeros((g.n_clusters, g.cluster_bytes), dtype=np.uint8)
-        out[:, : body.shape[1]] = body
-        return out.ravel()
-    out = np.zeros((g.n_parts, g.n_clusters, g.part_stride), dtype=np.uint8)
-    for i, p in enumerate(parts):
-        out[i, :, : cn * g.row_bytes] = p.reshape(g.n_clusters, -1)
-    return out.ravel()
-
-
-def _bias_block(g: LayoutGeometry, layers: Sequence[LayerFFN]) -> np.ndarray:
-    if not g.has_bias:
-        return np.zeros(0, dtype=np.uint8)
-    vecs = []
-    for layer in layers:
-        assert layer.b1 is not None and layer.b2 is not None
-        vecs += [layer.b1.detach().cpu().float().numpy(), layer.b2.detach().cpu().float().numpy()]
-    return np.concatenate(vecs).astype(np.float32).view(np.uint8)
-
-
-def _drop_page_cache(fd: int) -> None:
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
-def write_layout(path: str | os.PathLike, layers: Sequence[LayerFFN],
-                 geometry: LayoutGeometry, fingerprint: str) -> LayoutHeader:
-    """Write the file (to a temporary name, then renamed: a crash leaves no half file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    g = geometry
-    if len(layers) != g.n_layers:
-        raise ValueError(f"{len(layers)} layers, geometry says {g.n_layers}")
-    # the header's size depends on its own numbers only through their digits: reserve
-    # room for the widest values, then pad
-    n = g.n_layers
-    header_bytes = align_up(_PREFIX.size + 600 + 40 * n + 64 * 2)
-    offsets = tuple(header_bytes + i * g.layer_bytes for i in range(n))
-    bias_offset = header_bytes + n * g.layer_bytes
-    file_bytes = align_up(bias_offset + g.bias_bytes)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    crcs = []
-    with open(tmp, "wb") as f:
-        f.truncate(file_bytes)
-        for i, layer in enumerate(layers):
-            block = _layer_block(g, layer)
-            crcs.append(zlib.crc32(block))
-            f.seek(offsets[i])
-            f.write(block.data)
-        bias = _bias_block(g, layers)
-        f.seek(bias_offset)
-        f.write(bias.data)
-        header = LayoutHeader(geometry=g, header_bytes=header_bytes, layer_offsets=offsets,
-                              layer_crcs=tuple(crcs), bias_offset=bias_offset,
-                              bias_crc=zlib.crc32(bias), file_bytes=file_bytes,
-                              fingerprint=fingerprint)
-        doc = header.to_json()
-        if _PREFIX.size + len(doc) > header_bytes:
-            raise AssertionError("flash header larger than its reserved block")
-        f.seek(0)
-        f.write(_PREFIX.pack(MAGIC, VERSION, header_bytes, len(doc), zlib.crc32(doc)) + doc)
-        f.flush()
-        os.fsync(f.fileno())
-        _drop_page_cache(f.fileno())  # the file is for flash reads, not the page cache
-    os.replace(tmp, path)
-    return header
-
-
-def read_header(path: str | os.PathLike) -> LayoutHeader:
-    """The header, after the magic, version, checksum and file-size checks."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            prefix = f.read(_PREFIX.size)
-            if len(prefix) < _PREFIX.size:
-                raise LayoutError(f"{path}: {size} bytes, too short for a flash weight file")
-            magic, version, header_bytes, json_bytes, json_crc = _PREFIX.unpack(prefix)
-            if magic != MAGIC:
-                raise LayoutError(f"{path}: not a powerbench flash weight file (bad magic "
-                                  f"{magic!r})")
-            if version != VERSION:
-                raise LayoutError(f"{path}: layout version {version}, this code reads {VERSION}")
-            doc = f.read(json_bytes)
-    except OSError as err:
-        raise LayoutError(f"{path}: unreadable ({err})") from err
-    if len(doc) != json_bytes or zlib.crc32(doc) != json_crc:
-        raise LayoutError(f"{path}: header checksum mismatch (corrupt header)")
-    try:
-        header = LayoutHeader.from_json(doc)
-    except (ValueError, TypeError, KeyError) as err:
-        raise LayoutError(f"{path}: malformed header ({err})") from err
-    if header.header_bytes != header_bytes or size < header.file_bytes:
-        raise LayoutError(f"{path}: truncated ({size} bytes, the header says "
-                          f"{header.file_bytes})")
-    return header
-
-
-def verify_payload(path: str | os.PathLike, header: LayoutHeader) -> None:
-    """Compare every layer's and the biases' CRC32 with the header's (reads the file)."""
-    g = header.geometry
-    with open(path, "rb") as f:
-        for i, (off, crc) in enumerate(zip(header.layer_offsets, header.layer_crcs,
-                                           strict=True)):
-            f.seek(off)
-            if zlib.crc32(f.read(g.layer_bytes)) != crc:
-                raise LayoutError(f"{path}: layer {i} payload checksum mismatch (corrupt)")
-        f.seek(header.bias_offset)
-        if zlib.crc32(f.read(g.bias_bytes)) != header.bias_crc:
-            raise LayoutError(f"{path}: bias payload checksum mismatch (corrupt)")
-
-
-def open_layout(path: str | os.PathLike, geometry: LayoutGeometry | None = None,
-                fingerprint: str | None = None, verify: Verify = "header") -> LayoutHeader:
-    """Validate the file against the expected geometry and weights; `LayoutError` if not."""
-    header = read_header(path)
-    if geometry is not None and header.geometry != geometry:
-        raise LayoutError(f"{path}: written for {header.geometry}, expected {geometry}")
-    if fingerprint is not None and header.fingerprint != fingerprint:
-        raise LayoutError(f"{path}: stale (written from weights {header.fingerprint}, these "
-                          f"weights are {fingerprint})")
-    if verify == "full":
-        verify_payload(path, header)
-    return header
-
-
-def ensure_layout(path: str | os.PathLike, layers: Sequence[LayerFFN], geometry: LayoutGeometry,
-                  fingerprint: str, verify: Verify = "header") -> tuple[LayoutHeader, bool]:
-    """A valid file at `path` for these weights: reused if it checks out, else (re)written
-    with one warning saying why. Returns (header, rewritten)."""
-    if Path(path).exists():
-        try:
-            return open_layout(path, geometry, fingerprint, verify), False
-        except LayoutError as err:
-            warnings.warn(f"flash weight file rebuilt: {err}", RuntimeWarning, stacklevel=2)
-    header = write_layout(path, layers, geometry, fingerprint)
-    log.info("flash: wrote %s (%.1f MB)", path, header.file_bytes / 1e6)
-    return header, True
-
-
-def _file_parts(g: LayoutGeometry, raw: np.ndarray) -> tuple[Tensor, ...]:
-    """One layer's bytes in file order -> its parts, [d_ffn, d_model] each (copies)."""
-    cn, rb, nc = g.cluster_neurons, g.row_bytes, g.n_clusters
-    if g.bundled:
-        body = raw.reshape(nc, g.cluster_bytes)[:, : cn * g.bundle_bytes]
-        rows = [body.reshape(nc, cn, g.n_parts, rb)[:, :, p] for p in range(g.n_parts)]
-    else:
-        body = raw.reshape(g.n_parts, nc, g.part_stride)[:, :, : cn * rb]
-        rows = [body[p].reshape(nc, cn, rb) for p in range(g.n_parts)]
-    return tuple(torch.from_numpy(np.ascontiguousarray(r).reshape(nc * cn, rb)[: g.d_ffn])
-                 .view(g.torch_dtype) for r in rows)
-
-
-def read_layout(path: str | os.PathLike) -> tuple[LayoutHeader, list[LayerFFN]]:
-    """Every layer back as tensors (buffered reads; for checks and tests)."""
-    header = read_header(path)
-    g = header.geometry
-    layers = []
-    with open(path, "rb") as f:
-        for off in header.layer_offsets:
-            f.seek(off)
-            raw = np.frombuffer(f.read(g.layer_bytes), dtype=np.uint8)
-            layers.append(LayerFFN(_file_parts(g, raw)))
-        if g.has_bias:
-            f.seek(header.bias_offset)
-            vec = torch.frombuffer(bytearray(f.read(g.bias_bytes)), dtype=torch.float32)
-            step = g.d_ffn + g.d_model
-            layers = [LayerFFN(layer.parts, vec[i * step: i * step + g.d_ffn].clone(),
-                               vec[i * step + g.d_ffn: (i + 1) * step].clone())
-                      for i, layer in enumerate(layers)]
-    return header, layers

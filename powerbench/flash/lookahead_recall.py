@@ -13,16 +13,25 @@ Two stale inputs: `ffn_input` (layer l's normed FFN input, what `FlashFFN` recei
 and `residual` (layer l's pre-norm residual with layer l+1's norm: needs the residual
 stream, which the engine's FFN call does not see). Run:
 
-    python -m powerbench.flash.lookahead_recall [model_dir] [active_fraction ...]
+    powerbench bench-flash task.mode=lookahead_recall [task.recall_model_dir=...]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import numpy as np
 import torch
+
+
+def default_model_dir() -> Path:
+    """The SmolLM2-135M model directory in the project's cache."""
+    from powerbench.paths import cache_dir
+
+    found = next((cache_dir() / "models").glob("gguf-smollm2*"), None)
+    if found is None:
+        raise FileNotFoundError("no SmolLM2 model under <cache>/models: set "
+                                "task.recall_model_dir")
+    return found
 
 
 def _text() -> str:
@@ -69,19 +78,3 @@ def lookahead_recall(model_dir: str, fractions: tuple[float, ...] = (0.03, 0.1),
                 recalls.append(float((t & p).sum() / t.sum()))
             out[f"{name} top{frac:.0%}"] = recalls
     return out
-
-
-def main(argv: list[str]) -> None:
-    model_dir = argv[0] if argv else str(next(
-        (Path(__file__).resolve().parents[2] / ".cache" / "models").glob("gguf-smollm2*")))
-    fractions = tuple(float(a) for a in argv[1:]) or (0.03, 0.1)
-    res = lookahead_recall(model_dir, fractions)
-    print(f"lookahead recall (= precision), model {Path(model_dir).name}, 512 tokens of README")
-    for name, rec in res.items():
-        r = np.asarray(rec)
-        print(f"{name:22s} mean {r.mean():.3f}  median {np.median(r):.3f}  min {r.min():.3f} "
-              f" max {r.max():.3f}  per layer pair: {' '.join(f'{x:.2f}' for x in r)}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

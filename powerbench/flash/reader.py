@@ -8,9 +8,8 @@ aligns every extent to 4096 bytes. Where the file system refuses `O_DIRECT` (EIN
 open or on the first read) the reader falls back to buffered reads with one warning and
 `direct` False.
 
-A batch of extents is sorted by file offset; extents that are adjacent in the file are
-coalesced into one read (a scatter `preadv` into their places, which may lie in several
-buffers, up to `max_read_bytes` and `IOV_MAX` pieces). Two engines issue the reads:
+A batch of extents is grouped into reads by `powerbench.flash.read_plan` (neighbours in
+the file coalesced into one scatter read). The engines that issue the reads:
 
 - "aio" (default where the kernel allows it): Linux native AIO (`powerbench.flash.aio`),
   the whole batch in one `io_submit`, up to `depth` reads in flight, no threads;
@@ -26,9 +25,7 @@ Either way `submit` returns at once and the caller computes until `wait()`.
 from __future__ import annotations
 
 import errno
-import mmap
 import os
-import queue
 import threading
 import time
 import warnings
@@ -40,108 +37,15 @@ from typing import Literal
 import numpy as np
 
 from powerbench.flash.aio import AioBatch, AioContext, ScatterReads
+from powerbench.flash.read_plan import ReadOp, ReadPlan, plan_reads
 from powerbench.flash.uring import Ring, UringScatter
+from powerbench.flash.workers import Task, Workers
 from powerbench.hardware.storage import open_direct
-
-IOV_MAX = 1024
-BLOCK = 4096
-
-
-def aligned_buffer(nbytes: int) -> np.ndarray:
-    """uint8 [nbytes] backed by an anonymous mmap: page aligned, as O_DIRECT wants."""
-    size = max(-(-int(nbytes) // BLOCK) * BLOCK, BLOCK)
-    buf = mmap.mmap(-1, size)
-    return np.frombuffer(buf, dtype=np.uint8)[:nbytes]
 
 
 def _open(path: str, flags: int) -> int:
     """os.open (a seam for tests that simulate a file system without O_DIRECT)."""
     return os.open(path, flags)
-
-
-@dataclass(frozen=True)
-class ReadOp:
-    """One system call: `pieces` = (buffer, dest_offset, length) placed back to back in
-    the file from `file_offset` on (a scatter read into one or several buffers)."""
-
-    file_offset: int
-    pieces: tuple[tuple[int, int, int], ...]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(n for _, _, n in self.pieces)
-
-
-@dataclass(frozen=True)
-class ReadPlan:
-    """A batch of extents grouped into reads (numpy arrays, no per-read Python objects).
-
-    Read j starts at file offset `op_offset[j]`, is `op_bytes[j]` long and fills pieces
-    `op_first[j] .. op_first[j] + op_pieces[j] - 1`; piece i is `piece_len[i]` bytes into
-    buffer `piece_buf[i]` at `piece_dest[i]`."""
-
-    op_offset: np.ndarray
-    op_bytes: np.ndarray
-    op_first: np.ndarray
-    op_pieces: np.ndarray
-    piece_buf: np.ndarray
-    piece_dest: np.ndarray
-    piece_len: np.ndarray
-
-    @property
-    def n_reads(self) -> int:
-        return int(self.op_offset.size)
-
-    def ops(self) -> list[ReadOp]:
-        out = []
-        bufs, dests, lens = (a.tolist() for a in (self.piece_buf, self.piece_dest,
-                                                   self.piece_len))
-        for off, first, k in zip(self.op_offset.tolist(), self.op_first.tolist(),
-                                 self.op_pieces.tolist(), strict=True):
-            out.append(ReadOp(off, tuple(zip(bufs[first:first + k], dests[first:first + k],
-                                             lens[first:first + k], strict=True))))
-        return out
-
-
-def plan_reads(file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
-               max_read_bytes: int = 1 << 20, buffers: np.ndarray | None = None) -> ReadPlan:
-    """Group extents adjacent in the file into reads: a run of neighbours is cut every
-    `max_read_bytes` (an extent belongs to the read its first byte falls in), and at most
-    `IOV_MAX` pieces per read. Extent i goes to buffer `buffers[i]` (default 0) at
-    `dest_offsets[i]`; neighbours contiguous in the same buffer become one piece."""
-    order = np.argsort(file_offsets, kind="stable")
-    off = np.asarray(file_offsets, dtype=np.int64)[order]
-    ln = np.asarray(lengths, dtype=np.int64)[order]
-    dest = np.asarray(dest_offsets, dtype=np.int64)[order]
-    buf = (np.zeros(off.size, dtype=np.int64) if buffers is None
-           else np.asarray(buffers, dtype=np.int64)[order])
-    n = off.size
-    if n == 0:
-        e = np.zeros(0, dtype=np.int64)
-        return ReadPlan(e, e, e, e, e, e, e)
-    cap = max(min(int(max_read_bytes), IOV_MAX * int(ln.min())), 1)
-    new_run = np.ones(n, dtype=bool)
-    new_run[1:] = off[1:] != off[:-1] + ln[:-1]
-    run_start = off[new_run][np.cumsum(new_run) - 1]
-    chunk = (off - run_start) // cap
-    new_op = new_run.copy()
-    new_op[1:] |= chunk[1:] != chunk[:-1]
-    merge = np.zeros(n, dtype=bool)
-    merge[1:] = ~new_op[1:] & (buf[1:] == buf[:-1]) & (dest[1:] == dest[:-1] + ln[:-1])
-    starts = np.flatnonzero(~merge)
-    piece_of = np.cumsum(~merge) - 1
-    op_starts = np.flatnonzero(new_op)
-    op_first = piece_of[op_starts]
-    return ReadPlan(
-        op_offset=off[op_starts], op_bytes=np.add.reduceat(ln, op_starts), op_first=op_first,
-        op_pieces=np.diff(np.append(op_first, starts.size)), piece_buf=buf[starts],
-        piece_dest=dest[starts], piece_len=np.add.reduceat(ln, starts))
-
-
-def coalesce(file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
-             max_read_bytes: int = 1 << 20, buffers: np.ndarray | None = None) -> list[ReadOp]:
-    """`plan_reads` as a list of `ReadOp`s."""
-    return plan_reads(file_offsets, lengths, dest_offsets, max_read_bytes, buffers).ops()
 
 
 @dataclass
@@ -154,62 +58,6 @@ class ReaderStats:
     def reset(self) -> None:
         self.bytes_read = self.reads = self.extents = 0
         self.busy_s = 0.0
-
-
-class Task:
-    """A job handed to a `Workers` thread; `result()` blocks until it ran (re-raising)."""
-
-    __slots__ = ("fn", "args", "_done", "_outcome")
-
-    def __init__(self, fn: Callable[..., object], args: tuple) -> None:
-        self.fn, self.args = fn, args
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
-        self._outcome: tuple[bool, object] | None = None
-
-    def run(self) -> None:
-        try:
-            self._done.put((True, self.fn(*self.args)))
-        except BaseException as err:  # handed to the waiter
-            self._done.put((False, err))
-
-    def result(self) -> object:
-        if self._outcome is None:
-            self._outcome = self._done.get()
-        ok, value = self._outcome
-        if not ok:
-            raise value  # type: ignore[misc]
-        return value
-
-
-class Workers:
-    """Daemon threads taking `Task`s from one C-level `SimpleQueue`: a hand-off costs a
-    few microseconds (`ThreadPoolExecutor.submit` costs ~100 us under CPU contention, in
-    its Python-level idle semaphore)."""
-
-    def __init__(self, n: int, name: str = "flash-io") -> None:
-        self.q: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
-                        for i in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _loop(self) -> None:
-        while True:
-            task = self.q.get()
-            if task is None:
-                return
-            task.run()
-
-    def submit(self, fn: Callable[..., object], *args: object) -> Task:
-        task = Task(fn, args)
-        self.q.put(task)
-        return task
-
-    def shutdown(self) -> None:
-        for _ in self.threads:
-            self.q.put(None)
-        for t in self.threads:
-            t.join()
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The simulator's flash tier predicting the measured `engine=flash` benchmark on this
-machine (`powerbench bench-flash`, results/flash_bench.txt), at its DRAM budgets.
+machine (`powerbench bench-flash`, results/flash/flash_bench.txt), at its DRAM budgets.
 
-    python -m powerbench.measure.flash_prediction [results/flash_bench.txt] [out.csv] [mean|median]
+    powerbench bench-flash task.mode=predict_local task.predict_report=<report.txt>
 
 Same workload as the benchmark: OPT-1.3B-shaped FFNs (fp16, one 8 KB bundled neuron per
 cluster), the synthetic OPT profile with the benchmark's seed and trace length, hot share
@@ -31,15 +31,13 @@ slower compute under concurrent reads, so it over-predicts (+94..+226% in the fi
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from powerbench.flash.bench import BenchShape, synthetic_profile_for
-from powerbench.flash.overheads import EngineCosts, engine_costs
+from powerbench.flash.bench_inputs import BenchShape, synthetic_profile_for
+from powerbench.flash.overheads import EngineCosts
 from powerbench.simulator.flash_tier import replay
 from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
 from powerbench.solver.neuron_cache import plan_segments
@@ -57,7 +55,7 @@ class Measured:
 
 
 def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measured:
-    """The measured inputs and rows of a `bench-flash` report (results/flash_bench.txt)."""
+    """The measured inputs and rows of a `bench-flash` report (results/flash/flash_bench.txt)."""
     dram = re.search(r"^dram sparse\s+([\d.]+)", text, re.M)
     bw = re.search(rf"{block_kb}K qd{queue_depth} ([\d.]+) GB/s", text)
     lat = re.search(rf"{block_kb}K qd1 [\d.]+ GB/s \((\d+) us\)", text)
@@ -111,24 +109,13 @@ def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
     return pd.DataFrame(out)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    report = Path(args[0] if args else "results/flash_bench.txt")
-    out = Path(args[1] if len(args) > 1 else "results/flash_predict_local.csv")
-    costs = engine_costs(fit=args[2]) if len(args) > 2 else engine_costs()
-    print(f"engine unit costs ({costs.measured_at}, load {costs.loadavg}): fixed "
-          f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
-          f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task "
-          f"({costs.io_engine}, at most {costs.task_cap} per call; median fit error "
-          f"{costs.median_rel_error:.0%} over {costs.calls} calls; {costs.fit} fit, fitted / "
-          "measured summed call time per budget " + ", ".join(
-              f"{b:.0%}: {r:.2f}" for b, r in zip(costs.budgets, costs.budget_fit, strict=False))
-          + ")")
-    table = predict(parse_report(report.read_text()), costs=costs)
-    table.to_csv(out, index=False, float_format="%.4g")
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    print(f"written: {out}")
-
-
-if __name__ == "__main__":
-    main()
+def costs_line(costs: EngineCosts) -> str:
+    """The engine's measured unit costs, in one line."""
+    return (f"engine unit costs ({costs.measured_at}, load {costs.loadavg}): fixed "
+            f"{costs.fixed_s * 1e6:.0f} us/call, {costs.per_active_s * 1e9:.0f} ns/neuron, "
+            f"{costs.per_miss_s * 1e6:.1f} us/miss, {costs.per_task_s * 1e6:.1f} us/reader task "
+            f"({costs.io_engine}, at most {costs.task_cap} per call; median fit error "
+            f"{costs.median_rel_error:.0%} over {costs.calls} calls; {costs.fit} fit, fitted / "
+            "measured summed call time per budget " + ", ".join(
+                f"{b:.0%}: {r:.2f}" for b, r in zip(costs.budgets, costs.budget_fit,
+                                                     strict=False)) + ")")

@@ -130,15 +130,26 @@ class BenchSolverTask:
 
 @dataclass
 class BenchFlashTask:
-    """Flash-offloaded FFN (PowerInfer-2) vs the in-DRAM sparse FFN, with the ablation.
+    """PowerInfer-2's flash-offloaded FFN (engine=flash), measured (synthetic weights).
 
-    Synthetic random weights of a real-size shape (only speed is meaningful), active sets
-    drawn from the synthetic OPT profile; FFN-only decode steps, then whole decode steps
-    (attention, norms, LM head in DRAM on both sides) of `decode_model`'s shape.
+    `mode`: "ffn" (default): FFN-only and whole decode steps at several DRAM budgets vs
+    the in-DRAM sparse FFN, with the bundling / pipelining / I/O variants, on an
+    in-DRAM-capable shape (`layers` x `d_model` x `d_ffn`, `decode_model`).
+    "capped": `model` (e.g. llama_reglu_13b) decoded with its FFN only in the flash file
+    under a memory cgroup of `cap_fraction` of the model, against llama.cpp's mmap in the
+    same cap, at the model's published sparsity and `sparser_model`'s; plus the
+    Fig. 14-order ablation on `ablation_model` at `ablation_budget` (powerbench.flash.
+    capped_runs). "lookahead_recall": how well layer l's FFN input predicts layer l+1's
+    active neurons on a real model (`recall_model_dir`). "predict_local": the simulator's
+    flash tier against the measured report `predict_report`.
     """
 
     _target_: str = "powerbench.tasks.bench_flash.bench_flash"
     name: str = "bench_flash"
+    mode: str = "ffn"  # ffn | capped | lookahead_recall | predict_local
+    publish: bool = False  # also write the report into results/flash/
+    seed: int = 0
+    # ---- mode=ffn ----
     tokens: int = 32  # decode steps per round
     rounds: int = 3
     warmup: int = 16
@@ -147,11 +158,37 @@ class BenchFlashTask:
     layers: int = 24  # OPT-1.3B-shaped by default
     d_model: int = 2048
     d_ffn: int = 8192
-    dtype: str = "float16"
+    dtype: str = "fp16"  # fp16 | fp32
     budgets: list[float] = field(default_factory=lambda: [1.0, 0.5, 0.25, 0.1])
     decode_model: str | None = "opt_1_3b"  # whole decode steps of this shape; null: FFN only
     decode_tokens: int = 16  # whole decode steps per round (at most `tokens`)
-    out: str | None = None  # report file (None: results/flash_bench.txt)
+    # ---- mode=capped ----
+    model: str = "llama_reglu_13b"  # a model yaml with a `spec`
+    model_layers: int | None = None  # keep the first N layers (rehearsals, tests)
+    model_overrides: list[str] = field(default_factory=list)  # e.g. ["spec.d_model=256"]
+    sparser_model: str | None = "prosparse_llama2_7b"  # its published sparsity, sparser
+    cap_fraction: float = 0.6  # the memory cgroup limit, of the model's weight bytes
+    budgets_gb: list[float] = field(default_factory=lambda: [2.0, 4.0])  # FFN cache DRAM
+    prompt_tokens: int = 4
+    new_tokens: int = 5  # tokens/s over the new_tokens - 1 steps after the first
+    capped_rounds: int = 2
+    threads: int = 2
+    predictor_rank: int = 64  # the seeded predictor MLP run (and charged) per layer call
+    rss_slack_gb: float = 1.0  # the resident guard's slack beyond dense + budget + scratch
+    llamacpp: bool = True  # the llama.cpp peer (needs `make llamacpp`)
+    ablation_model: str | None = "opt_1_3b"  # the Fig. 14-order ablation; null: skip it
+    ablation_budget: float = 0.5  # of the ablation model's FFN bytes
+    ablation_allowance_gb: float = 1.0  # its cap = dense + budget + this (runtime, scratch)
+    ablation_new_tokens: int = 17
+    ablation_rounds: int = 3
+    work_dir: str | None = None  # large files (null: <cache_dir>/flash/capped)
+    keep_files: bool = False  # keep the multi-GB files after the run
+    # ---- mode=lookahead_recall ----
+    recall_model_dir: str | None = None  # an HF model dir (null: the SmolLM2-135M GGUF's)
+    recall_fractions: list[float] = field(default_factory=lambda: [0.03, 0.1])
+    # ---- mode=predict_local ----
+    predict_report: str | None = None  # a bench-flash mode=ffn report (.txt)
+    predict_fit: str = "mean"  # mean | median (the unit-cost fit)
 
 
 @dataclass

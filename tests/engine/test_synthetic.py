@@ -12,10 +12,10 @@ from powerbench.engine.synthetic import (
     AllActive,
     TraceReplay,
     synthetic_decoder_weights,
-    synthetic_spec,
     trace_profile,
 )
 from powerbench.measure.decode_bench import build_synthetic_engines, run_decode_bench
+from powerbench.tasks.inputs import synthetic_spec
 
 TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=4",
         "spec.vocab_size=300", "spec.max_positions=64"]

@@ -7,7 +7,11 @@ import os
 
 import numpy as np
 
-from powerbench.flash.bench import BenchShape, Variant, page_cache_bytes, run_flash_bench
+from powerbench.flash.bench import run_flash_bench
+from powerbench.flash.bench_inputs import BenchShape
+from powerbench.flash.bench_report import Variant
+from powerbench.flash.page_cache import page_cache_bytes
+from powerbench.tasks.inputs import synthetic_spec
 
 
 def test_page_cache_probe(tmp_path):
@@ -24,17 +28,18 @@ def test_page_cache_probe(tmp_path):
 
 
 def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
-    shape = BenchShape(name="tiny", n_layers=2, d_model=1024, d_ffn=512, dtype="float16",
+    shape = BenchShape(name="tiny", n_layers=2, d_model=1024, d_ffn=512, dtype="fp16",
                        token_sparsity=0.9)
     variants = [Variant("dram", None), Variant("flash 25%", 0.25),
                 Variant("flash 25% unbundled", 0.25, bundled=False)]
     report = run_flash_bench(shape, variants, tokens=3, rounds=2, warmup=2, io_threads=2,
                              cache_dir=tmp_path, storage_mb=4, storage_seconds=0.02,
-                             decode_model="opt_1_3b", decode_tokens=2,
-                             decode_overrides=("spec.n_layers=2", "spec.d_model=1024",
-                                               "spec.d_ffn=512", "spec.n_heads=8",
-                                               "spec.n_kv_heads=8", "spec.vocab_size=64"),
-                             log=lambda *_: None)
+                             decode_spec=synthetic_spec(
+                                 "opt_1_3b", overrides=("spec.n_layers=2", "spec.d_model=1024",
+                                                        "spec.d_ffn=512", "spec.n_heads=8",
+                                                        "spec.n_kv_heads=8",
+                                                        "spec.vocab_size=64")),
+                             decode_tokens=2, log=lambda *_: None)
     assert [r.variant.name for r in report.results][-1] == "flash 25%"  # + the buffered one
     assert not report.results[-1].variant.direct
     for r in report.results:

@@ -191,12 +191,12 @@ def test_both_io_engines_equal_sparse_ffn(opt_weights, tmp_path, engine):
 
 
 def test_the_direct_bundled_plan_is_the_generic_one(tmp_path):
-    from powerbench.flash.reader import plan_reads
+    from powerbench.flash.read_plan import bundled_plan, plan_reads
 
     ffn = flash(fp16_weights(), tmp_path, dram_budget_fraction=0.25)
     clusters, slots = np.array([3, 9, 40]), np.array([7, 0, 12])
     base = ffn.header.layer_offsets[1]
-    fast = ffn.pipeline._bundled_plan(base, clusters, slots)
+    fast = bundled_plan(ffn.geometry, base, clusters, ffn.pipeline.arena.rows(slots))
     offs, lens, bufs, dests = ffn.geometry.row_extents(base, clusters, slots)
     slow = plan_reads(offs, lens, dests, buffers=bufs)
     for name in fast.__dataclass_fields__:

@@ -11,13 +11,15 @@ import torch
 from powerbench.flash.layout import (
     ALIGN,
     LayoutError,
-    ensure_layout,
     geometry_for,
     layers_of,
+    weights_fingerprint,
+)
+from powerbench.flash.layout_io import (
+    ensure_layout,
     open_layout,
     read_header,
     read_layout,
-    weights_fingerprint,
     write_layout,
 )
 

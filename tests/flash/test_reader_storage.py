@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from powerbench.flash import reader as reader_mod
-from powerbench.flash.reader import DirectReader, aligned_buffer, coalesce
+from powerbench.flash.read_plan import aligned_buffer, coalesce
+from powerbench.flash.reader import DirectReader
 from powerbench.hardware.storage import measure_storage
 
 BLOCK = 4096

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from powerbench.flash.bench import BenchShape
+from powerbench.flash.bench_inputs import BenchShape
 from powerbench.flash.overheads import EngineCosts, robust_fit
 from powerbench.measure.flash_prediction import parse_report, predict
 
-REPORT = Path(__file__).resolve().parents[2] / "results" / "flash_bench.txt"
+REPORT = Path(__file__).resolve().parents[2] / "results" / "flash" / "flash_bench.txt"
 
 
 def test_parse_report_reads_inputs_and_rows():

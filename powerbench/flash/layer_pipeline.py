@@ -8,17 +8,13 @@ their arena slots and computes the remainder; without it, it waits first and com
 everything in one kernel call. The two partial sums add up to the same FFN (fp32
 accumulation, another summation order).
 
-`NeuronArena` holds the weights of every cache slot plus one layer's worth of scratch
-slots (misses that are not cached: prompt calls, or more misses than free LRU slots),
-one contiguous `[slots * cluster_neurons, d_model]` matrix per part, so the sparse
-operators (`powerbench.ops`) read them in place with row ids `slot * cn + k`.
+The weights live in a `NeuronArena` (`powerbench.flash.arena`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,97 +23,18 @@ from torch import Tensor
 
 from powerbench.flash import plan as flash_plan
 from powerbench.flash.aio import AioContext, ScatterReads
-from powerbench.flash.layout import ALIGN, LayoutGeometry, LayoutHeader
+from powerbench.flash.arena import NeuronArena, PipelineTimes
+from powerbench.flash.layout import ALIGN, LayoutHeader
 from powerbench.flash.plan import LayerPlanner
-from powerbench.flash.reader import DirectReader, ReadPlan, aligned_buffer
+from powerbench.flash.read_plan import aligned_buffer, bundled_plan
+from powerbench.flash.reader import DirectReader
 from powerbench.flash.uring import UringScatter
-from powerbench.ops import weights as ops_weights
 from powerbench.ops.interface import SparseOps
 from powerbench.solver.neuron_cache import SegmentedNeuronCache
 
 
 def _int64_numpy(ids: Tensor) -> np.ndarray:
     return ids.numpy() if ids.dtype == torch.int64 else ids.numpy().astype(np.int64)
-
-
-@dataclass
-class PipelineTimes:
-    compute_s: float = 0.0  # sparse kernels
-    io_wait_s: float = 0.0  # the caller blocked on reads
-    io_active_s: float = 0.0  # wall time from submitting a call's reads to the last one landing
-    install_s: float = 0.0  # copying read clusters from the staging buffer into the arena
-    plan_s: float = 0.0  # cluster grouping, cache lookup, extent planning
-    submit_s: float = 0.0  # handing the reads to the kernel / the I/O pool (io_submit: the
-    # kernel's per-read work runs in the caller)
-    calls: int = 0
-    calls_with_reads: int = 0
-    prefetched: int = 0  # clusters read ahead (lookahead), one layer before their call
-    prefetch_used: int = 0  # of those, in the active set of the call they were read for
-
-    def reset(self) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, 0.0 if name.endswith("_s") else 0)
-
-
-class NeuronArena:
-    """Weights (and relu fc1 biases) of `n_slots` cluster slots, neuron-major per part."""
-
-    def __init__(self, g: LayoutGeometry, n_slots: int) -> None:
-        self.g = g
-        rows = max(n_slots, 1) * g.cluster_neurons
-        # page-aligned (anonymous mmap, zero-filled): rows can be O_DIRECT read targets
-        self.parts = [torch.from_numpy(aligned_buffer(rows * g.row_bytes)).view(g.torch_dtype)
-                      .view(rows, g.d_model) for _ in range(g.n_parts)]
-        self.b1 = torch.zeros(rows, dtype=torch.float32) if g.has_bias else None
-        self.b1_np = None if self.b1 is None else self.b1.numpy()
-        self.parts_np = [p.view(torch.uint8).numpy() for p in self.parts]  # shared memory
-        self.flat_np = [p.reshape(-1) for p in self.parts_np]
-        self.n_slots = n_slots
-
-    @property
-    def nbytes(self) -> int:
-        n = sum(p.numel() * p.element_size() for p in self.parts)
-        return n + (self.b1.numel() * 4 if self.b1 is not None else 0)
-
-    def rows(self, slots: np.ndarray) -> np.ndarray:
-        cn = self.g.cluster_neurons
-        return (slots[:, None] * cn + np.arange(cn)[None, :]).ravel()
-
-    def install(self, slots: np.ndarray, clusters: np.ndarray, stage: np.ndarray,
-                b1: np.ndarray | None) -> None:
-        """Copy staged clusters (uint8 stage, slot i = clusters[i]) into arena `slots`.
-
-        Row copies through numpy byte views (torch's index_copy_ on fp16 is ~100x slower)."""
-        n = int(slots.size)
-        if n == 0:
-            return
-        g, cn, rb = self.g, self.g.cluster_neurons, self.g.row_bytes
-        rows = self.rows(slots)
-        raw = stage[: n * g.cluster_bytes].reshape(n, g.cluster_bytes)
-        if g.bundled:
-            body = raw[:, : cn * g.bundle_bytes].reshape(n, cn, g.n_parts, rb)
-            for p, dst in enumerate(self.parts_np):
-                dst[rows] = body[:, :, p, :].reshape(n * cn, rb)
-        else:
-            body = raw.reshape(n, g.n_parts, g.part_stride)[:, :, : cn * rb]
-            body = body.reshape(n, g.n_parts, cn, rb)
-            for p, dst in enumerate(self.parts_np):
-                dst[rows] = body[:, p].reshape(n * cn, rb)
-        self.set_b1(slots, clusters, b1)
-
-    def set_b1(self, slots: np.ndarray, clusters: np.ndarray, b1: np.ndarray | None) -> None:
-        """The fc1 biases of the clusters now held in `slots` (b1: the layer's, padded)."""
-        if self.b1_np is not None and b1 is not None and slots.size:
-            self.b1_np[self.rows(slots)] = b1[self.rows(clusters)]
-
-    def ops_weights(self, b2: Tensor | None = None
-                    ) -> ops_weights.ReluFFNWeights | ops_weights.GatedFFNWeights:
-        """The arena as the sparse operators' weights (`b2`: a layer's fc2 bias, relu)."""
-        if self.g.kind == "relu":
-            return ops_weights.ReluFFNWeights(w1=self.parts[0], b1=self.b1,
-                                              w2_t=self.parts[1], b2=b2)
-        return ops_weights.GatedFFNWeights(w_gate=self.parts[0], w_up=self.parts[1],
-                                           w_down_t=self.parts[2], kind=self.g.kind)
 
 
 class LayerPipeline:
@@ -291,28 +208,12 @@ class LayerPipeline:
                                                   dest)
             if self.g.bundled and (clusters.size < 2 or np.diff(clusters).min() > 1):
                 # no two clusters adjacent in the file: one read per cluster, built directly
-                plan = self._bundled_plan(base, clusters, slots)
+                plan = bundled_plan(self.g, base, clusters, self.arena.rows(slots))
                 return self.reader.submit_plan(plan, self.arena.flat_np)
             offs, lens, bufs, dests = self.g.row_extents(base, clusters, slots)
             return self.reader.submit(offs, lens, dests, self.arena.flat_np, bufs)
         offs, lens, dests = self.g.cluster_extents(base, clusters)
         return self.reader.submit(offs, lens, dests, self.stage_np)
-
-    def _bundled_plan(self, base: int, clusters: np.ndarray, slots: np.ndarray) -> ReadPlan:
-        """What `plan_reads(row_extents(...))` gives when no clusters are neighbours: read
-        j = cluster j's bundles, scattered into its arena rows (one piece per part and
-        neuron)."""
-        g = self.g
-        n, per = clusters.size, g.cluster_neurons * g.n_parts
-        rows = self.arena.rows(slots)  # [n * cn], cluster-major
-        return ReadPlan(
-            op_offset=base + clusters * g.cluster_bytes,
-            op_bytes=np.full(n, per * g.row_bytes, dtype=np.int64),
-            op_first=np.arange(n, dtype=np.int64) * per,
-            op_pieces=np.full(n, per, dtype=np.int64),
-            piece_buf=np.tile(np.arange(g.n_parts, dtype=np.int64), rows.size),
-            piece_dest=np.repeat(rows * g.row_bytes, g.n_parts),
-            piece_len=np.full(n * per, g.row_bytes, dtype=np.int64))
 
     def _install(self, layer: int, slots: np.ndarray, clusters: np.ndarray) -> None:
         if not self.zero_copy:
