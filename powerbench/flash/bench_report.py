@@ -32,7 +32,7 @@ class Variant:
 
 
 # top-3% lookahead recall (= precision) measured on SmolLM2-135M (`powerbench bench-flash
-# task.mode=lookahead_recall`, results/flash/lookahead_recall.txt): layer l+1's own
+# task.mode=lookahead_recall`): layer l+1's own
 # gate/up on layer l's FFN input, mean over the 29 layer pairs
 LOOKAHEAD_RECALL = 0.53
 

@@ -1,5 +1,5 @@
 """The simulator's flash tier predicting the measured `engine=flash` benchmark on this
-machine (`powerbench bench-flash`, results/flash/flash_bench.txt), at its DRAM budgets.
+machine (a `powerbench bench-flash` report), at its DRAM budgets.
 
     powerbench bench-flash task.mode=predict_local task.predict_report=<report.txt>
 
@@ -55,7 +55,7 @@ class Measured:
 
 
 def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measured:
-    """The measured inputs and rows of a `bench-flash` report (results/flash/flash_bench.txt)."""
+    """The measured inputs and rows of a `bench-flash` report."""
     dram = re.search(r"^dram sparse\s+([\d.]+)", text, re.M)
     bw = re.search(rf"{block_kb}K qd{queue_depth} ([\d.]+) GB/s", text)
     lat = re.search(rf"{block_kb}K qd1 [\d.]+ GB/s \((\d+) us\)", text)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
 from powerbench.figures.stamp import paper_results_dir
-from powerbench.measure.harness import write_results_index
+from powerbench.measure.publish import write_results_index
 from powerbench.progress import Progress
 from powerbench.reproduce import TARGETS, Target
 from powerbench.reproduce.report import REPORT, collect, write_report

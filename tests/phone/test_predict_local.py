@@ -13,7 +13,7 @@ from powerbench.flash.bench_inputs import BenchShape
 from powerbench.flash.overheads import EngineCosts, robust_fit
 from powerbench.measure.flash_prediction import parse_report, predict
 
-REPORT = Path(__file__).resolve().parents[2] / "results" / "flash" / "flash_bench.txt"
+REPORT = Path(__file__).resolve().parent / "data" / "flash_bench_report.txt"  # a 2026-11-24 bench-flash report
 
 
 def test_parse_report_reads_inputs_and_rows():
