@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
 from powerbench.measure.op_counts import OpCounter
 from powerbench.threads import torch_threads
 
@@ -170,8 +170,9 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
     cost, and (with attention_shape = (prompt tokens, heads,
     head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
     engine's thread count (0: torch's default) (microbenchmarks only; see the module
-    docstring)."""
-    with torch_threads(threads):
+    docstring). They replace the profile's engine-kernel rates: one KernelRates entry for
+    this dtype and thread count, which the cost model then reads."""
+    with torch_threads(threads) as used:
         bw = working_set_bandwidth(working_set_bytes, dim, dtype, rows=d_ffn)
         op_s = python_op_seconds()
         flops = hardware.cpu.effective_flops
@@ -182,16 +183,25 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
         if gemm_rows and d_ffn:
             flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
             sparse_extra_s = max(sparse_call_seconds(dim, d_ffn) - op_s, 0.0)
+    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    kernel = KernelRates(dtype=name, threads=used, stream_bw=bw,
+                         gemm_flops=flops or 0.0, attention_flops=attention or flops or 0.0,
+                         op_s=op_s, sparse_call_s=sparse_extra_s,
+                         shape={"width": dim, "ffn": d_ffn or 0, "prompt_rows": gemm_rows or 0})
     cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops,
-                  effective_attention_flops=attention)
+                  effective_attention_flops=attention, kernels=(kernel,))
     units = dict(hardware.units)
     units[hardware.host] = cpu
+    profile_kernel = hardware.cpu.kernel(name, used)
     meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
             "calibrated_sparse_call_us": sparse_extra_s * 1e6,
             "calibrated_gflops": (flops or 0.0) / 1e9,
             "calibrated_attention_gflops": (attention or 0.0) / 1e9,
-            "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
-            "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
+            "profile_bw_gb_s": (profile_kernel.stream_bw if profile_kernel
+                                else hardware.cpu_bw) / 1e9,
+            "profile_op_us": (profile_kernel.op_s if profile_kernel else hardware.launch_s) * 1e6,
+            "profile_gflops": (profile_kernel.gemm_flops if profile_kernel
+                               else hardware.cpu.effective_flops or 0.0) / 1e9}
     return replace(hardware, units=units, launch_s=op_s,
                    meta={**hardware.meta, "calibration": meta}), meta
 
@@ -205,9 +215,17 @@ def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], 
         values = [get(p) for p in profiles]
         return None if not all(values) else rate(values)  # type: ignore[arg-type]
 
+    kernels = a.cpu.kernels
+    if all(len(p.cpu.kernels) == 1 for p in profiles):  # calibrations: one entry each
+        ks = [p.cpu.kernels[0] for p in profiles]
+        kernels = (replace(ks[0], **{f: rate([getattr(k, f) for k in ks]) for f in
+                                     ("stream_bw", "gemm_flops", "attention_flops")},
+                           op_s=cost([k.op_s for k in ks]),
+                           sparse_call_s=cost([k.sparse_call_s for k in ks])),)
     cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
                   effective_flops=rates(lambda p: p.cpu.effective_flops),
-                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops))
+                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops),
+                  kernels=kernels)
     meta = dict(a.meta)
     calls = [p.meta.get("calibration", {}).get("calibrated_sparse_call_us") for p in profiles]
     if all(c is not None for c in calls):

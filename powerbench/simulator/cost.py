@@ -118,7 +118,8 @@ class CostModel:
         n = spec.n_layers
         pred = np.zeros(n) if predictor_bytes is None else np.asarray(predictor_bytes, float)
         self.predictor_bytes = np.broadcast_to(pred, (n,)).astype(np.float64)
-        self.dev: dict[str, DeviceRates] = {CPU: cpu_rates(hardware, cfg)}
+        self.dev: dict[str, DeviceRates] = {
+            CPU: cpu_rates(hardware, cfg, str(placement.weight_dtype))}
         gpu = gpu_rates(hardware)
         if gpu is not None:
             self.dev[GPU] = gpu
@@ -185,8 +186,9 @@ class CostModel:
         flops = 2.0 * self.spec.params_per_neuron * token_neurons
         nbytes = neurons * self.neuron_bytes / self.efficiency(dev, self.sparse)
         t = self.dev[dev].time(nbytes, flops, ops)
-        if self.sparse and dev == CPU and self.cfg.cpu_sparse_call_us:
-            t = t + self.cfg.cpu_sparse_call_us * 1e-6
+        if self.sparse and dev == CPU:
+            call_us = self.cfg.cpu_sparse_call_us
+            t = t + (call_us * 1e-6 if call_us is not None else self.dev[CPU].sparse_call_s)
         return t
 
     def lm_head(self, shape: PassShape) -> tuple[str, float]:

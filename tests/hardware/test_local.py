@@ -66,9 +66,9 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
     calls = []
     real = local_mod.measure_local
 
-    def counting(c):
+    def counting(c, kernels=None):
         calls.append(1)
-        return real(c)
+        return real(c, kernels)
 
     monkeypatch.setattr(local_mod, "measure_local", counting)
     load_hardware(dataclasses.replace(cfg, remeasure=True))
