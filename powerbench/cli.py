@@ -12,6 +12,8 @@
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
     powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, reproduction.md
     powerbench reproduce --list                 the reproduction targets
+    powerbench constants                        docs/constants.md: every constant, source, range
+    powerbench sensitivity                      calibration rows and their ±20% sensitivity
     powerbench sync                             upload runs queued while the server was down
     powerbench mlflow-server                    a shared MLflow server on PostgreSQL
     powerbench ui [URI]                         the command that opens MLflow's dashboard
@@ -43,7 +45,8 @@ from powerbench.config.help import HELP_FLAGS, app_help
 log = logging.getLogger("powerbench")
 
 TASKS = ("tour", "validate", "bench-decode", "bench-operators", "bench-solver", "bench-flash",
-         "bench-threshold", "hybrid-local", "figure", "reproduce", "sync", "mlflow-server", "ui")
+         "bench-threshold", "hybrid-local", "figure", "reproduce", "sync", "mlflow-server", "ui",
+         "constants", "sensitivity")
 # bare words after these tasks fill one option: `powerbench figure fig10 fig12`
 POSITIONAL = {"figure": "task.figures", "reproduce": "task.targets", "ui": "tracking.uri"}
 LIST_OPTIONS = {"task.figures", "task.targets"}  # every bare word, as a list

@@ -197,6 +197,12 @@ class CostModel:
         return dev, float(self.dev[dev].time(self.lm_head_bytes / self.efficiency(dev), flops,
                                              self.ops[dev].lm_head))
 
+    def host_overhead(self, n_pass: int) -> np.ndarray:
+        """The serving engine's non-overlapped host time per pass (cfg.host_layer_us per
+        layer + cfg.host_pass_us)."""
+        us = self.cfg.host_layer_us * self.spec.n_layers + self.cfg.host_pass_us
+        return np.full(n_pass, us * 1e-6)
+
     # ---- one decode-style pass --------------------------------------------------------------
     def forward(self, work: FFNWork, shape: PassShape) -> PassCosts:
         """Costs of work.n_passes forward passes of `shape` (decode steps, or a prompt)."""
@@ -234,6 +240,7 @@ class CostModel:
         token[f"lm_head@{dev}"] = np.full(n_pass, t)
         token["logits_out"] = np.full(n_pass, float(
             self.switch(dev, CPU, self.spec.vocab_size * shape.out_rows * LOGIT_BYTES)))
+        token["host_overhead"] = self.host_overhead(n_pass)
         return PassCosts(layer=layer, token=token, busy=busy, cpu_bound=cpu_bound,
                          bytes_read=read)
 

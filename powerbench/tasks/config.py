@@ -210,6 +210,31 @@ class HybridLocalTask:
 
 
 @dataclass
+class ConstantsTask:
+    """docs/constants.md from the constants registry (powerbench.simulator.constants)."""
+
+    _target_: str = "powerbench.tasks.constants.constants"
+    name: str = "constants"
+    out: str | None = None  # None: docs/constants.md of the checkout
+
+
+@dataclass
+class SensitivityTask:
+    """Calibration rows (sourced constants vs the previous fitted factors) and each row's
+    change when each constant moves by `step` (results/calibration/)."""
+
+    _target_: str = "powerbench.tasks.sensitivity.sensitivity"
+    name: str = "sensitivity"
+    step: float = 0.2
+    out_dir: str | None = None  # None: results/calibration
+    # the constants before they were sourced (the before/after table)
+    previous: dict[str, float] = field(default_factory=lambda: {
+        "gpu_dense": 0.4, "gpu_sparse": 0.2, "int4": 0.5, "host_layer_us": 0.0})
+    # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class SyncTask:
     """Upload the runs queued while the tracking server was unreachable."""
 
@@ -242,4 +267,4 @@ SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_de
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
-           "ui": UiTask}
+           "ui": UiTask, "constants": ConstantsTask, "sensitivity": SensitivityTask}
