@@ -20,9 +20,9 @@ import platform
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from powerbench.cache import ArtifactCache, stable_hash
@@ -37,10 +37,10 @@ from powerbench.hardware.hardware_profile import (
     Link,
     MemoryTier,
 )
-
-KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
 from powerbench.hardware.storage import measure_storage
 from powerbench.paths import cache_dir
+
+KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
 
 log = logging.getLogger(__name__)
 
