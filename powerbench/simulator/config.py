@@ -145,6 +145,12 @@ class SimulatorConfig:
     # vLLM's (late 2023, no CUDA graphs) from its public batch-1 results.
     host_layer_us: float = 0.0
     host_pass_us: float = 0.0
+    # Fixed cost of one GPU -> CPU -> GPU round trip of a hybrid layer (its FFN on both
+    # devices): the layer input copied to the host and synchronised, the CPU's worker
+    # threads woken for its few operators, the partial sum copied back. None: one
+    # `sync_s` of the profile. It sits on the other device's branch of the layer (the GPU
+    # computes its own neurons meanwhile). conf/simulator/cost_model.yaml sources it.
+    hybrid_roundtrip_us: float | None = None
     gpu_ops: OpCounts = field(default_factory=OpCounts)
     cpu_ops: OpCounts = field(default_factory=OpCounts)
     prefill: PrefillConfig = field(default_factory=PrefillConfig)

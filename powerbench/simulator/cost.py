@@ -14,7 +14,9 @@ stream is merged there):
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
                (the other device needs the layer input and the predicted mask, and sends its
                partial sum back: ONE synchronisation plus the activation transfer; the
-               transfers sit on the other device's branch). A layer whose FFN lives only on
+               transfers sit on the other device's branch, with the round trip's fixed cost
+               beyond that synchronisation: cfg.hybrid_roundtrip_us - T_sync, the worker
+               threads' wake-up and the copies' own synchronisations). A layer whose FFN lives only on
                the other device pays the same, without anything to overlap. On unified
                memory both units read one DRAM: t_ffn >= (all FFN bytes) / its bandwidth.
     transition if layer l + 1 (or the output projection) lives elsewhere: T_sync + x over
@@ -131,6 +133,10 @@ class CostModel:
         self.ops: dict[str, OpCounts] = {CPU: cfg.cpu_ops, GPU: cfg.gpu_ops}
         self.int4 = str(placement.weight_dtype) == "int4"
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
+        # a hybrid layer's round trip beyond the one synchronisation charged as `sync`
+        self.roundtrip_extra_s = 0.0
+        if cfg.hybrid_roundtrip_us is not None and self.link is not None:
+            self.roundtrip_extra_s = max(cfg.hybrid_roundtrip_us * 1e-6 - self.link.sync_s, 0.0)
         self.cpu_counts = placement.neurons_per_layer - self.gpu_counts
         self._check_devices()
 
@@ -268,14 +274,15 @@ class CostModel:
             if self.sparse else 0.0
         to_other = self.link.transfer(self.x_bytes * rows + mask_bytes, other)
         back = self.link.transfer(self.x_bytes * rows, home)
-        t_other = to_other + times[other] + back
-        busy["ffn_link"][:, i] = to_other + back
+        t_other = to_other + times[other] + back + self.roundtrip_extra_s
+        busy["ffn_link"][:, i] = to_other + back + self.roundtrip_extra_s
         ffn = np.maximum(t_home, t_other)
         if self.shared_bw is not None:  # one DRAM feeds both units: bytes share its bandwidth
             both = (computed[GPU] + computed[CPU]) * self.neuron_bytes / self.shared_bw
             ffn = np.maximum(ffn, both)
         layer["ffn"][:, i] = ffn
         layer["sync"][:, i] = self.link.sync_s
-        cpu_branch = times.get(CPU, 0.0) + (to_other + back if other == CPU else 0.0)
-        gpu_branch = times.get(GPU, 0.0) + (to_other + back if other == GPU else 0.0)
+        trip = to_other + back + self.roundtrip_extra_s
+        cpu_branch = times.get(CPU, 0.0) + (trip if other == CPU else 0.0)
+        gpu_branch = times.get(GPU, 0.0) + (trip if other == GPU else 0.0)
         cpu_bound[:, i] = cpu_branch > gpu_branch

@@ -166,7 +166,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     predictors: a PredictorSet / oracle (their sizes and predicted/true ratios) or None.
     work_cache: a dict kept across calls that differ ONLY in `cfg.efficiency`: the FFN work
         (which neurons each pass reads and computes, most of a call's time) does not depend
-        on it, so it is computed once and re-costed (experiments/fit_efficiency.py).
+        on it, so it is computed once and re-costed (powerbench.tasks.calibration_set: `powerbench sensitivity`).
     """
     cfg = cfg if cfg is not None else SimulatorConfig()
     hw = load_hardware(hardware)

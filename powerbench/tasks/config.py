@@ -51,7 +51,7 @@ class ValidateTask:
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
-    out: str | None = None  # CSV appended to (None: results/validation_realsize.csv)
+    out: str | None = None  # CSV appended to (None: results/calibration/validation_realsize.csv)
 
 
 @dataclass
