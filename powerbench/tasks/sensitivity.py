@@ -126,11 +126,12 @@ def sensitivity(task: SensitivityTask, cfg: PowerbenchConfig, out_dir: Path) -> 
     base = rows(jobs)
     before = rows(jobs, "previous", previous_factors(dict(task.previous)))
     table = pd.DataFrame([{
-        "row": c.published.label, "target": _target_of(c, jobs), "published": c.published.value,
+        "row": c.published.label, "published": c.published.value,
         "tolerance": c.published.tolerance, "absolute": c.published.absolute,
         "previous": b.ours, "previous_error": row_error(b), "previous_within": b.within,
         "ours": c.ours, "error": row_error(c), "within": c.within,
-        "missing_mechanism": _note(task.missing, c.published.label, c.within),
+        "missing_mechanism": _note(task.missing, c.published.label, c.published.value,
+                                   c.within),
     } for c, b in zip(base, before, strict=True)])
     sens = []
     step = task.step
@@ -192,15 +193,15 @@ def validation_section(csv: Path, batches: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _target_of(c: Any, jobs: list) -> str:
-    return c.published.source.split(",")[0]
-
-
-def _note(missing: dict[str, str], label: str, within: bool) -> str:
+def _note(missing: dict[str, str], label: str, value: float, within: bool) -> str:
+    """The note of `missing` whose key is '<label prefix> @ <published value>'."""
     if within:
         return ""
-    return next((v for k, v in missing.items() if label.startswith(k)),
-                "not diagnosed (see the sensitivity table)")
+    for key, note in missing.items():
+        prefix, _, published = key.rpartition(" @ ")
+        if label.startswith(prefix) and math.isclose(float(published), value):
+            return note
+    return "not diagnosed (see the sensitivity table)"
 
 
 def _top_drivers(sens: pd.DataFrame, row: str, n: int = 3) -> str:
