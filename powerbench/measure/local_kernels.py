@@ -16,7 +16,9 @@ prompt far below that GEMM rate. Here, for each (dtype, threads) of the config:
     sparse_call_s    the fused sparse FFN operator's fixed cost beyond one operator
 
 (the same microbenchmarks validation's in-run calibration uses, at the profile's fixed
-shapes; powerbench.measure.calibration). The cost model picks the entry of the placed
+shapes; powerbench.measure.calibration), each the BEST of `kernel_repeats` timings: the
+profile is measured once and must describe the machine undisturbed, not the load of that
+moment (the in-run calibration takes medians, like the engines, beside them). The cost model picks the entry of the placed
 weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_rates).
 """
 
@@ -31,6 +33,7 @@ from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
 from powerbench.hardware.local import load_local as load_measured
 from powerbench.measure.calibration import (
     attention_flops,
+    best_time,
     python_op_seconds,
     shaped_gemm_flops,
     sparse_call_seconds,
@@ -57,11 +60,12 @@ def measure_kernel(cfg: LocalHardwareConfig, dtype: str, threads: int) -> Kernel
     repeats = max(cfg.kernel_repeats, 1)
     with torch_threads(threads):
         bw = working_set_bandwidth(cfg.kernel_working_set_mb * 1e6, width, tdtype,
-                                   threads=threads, repeats=repeats, rows=ffn)
-        op_s = python_op_seconds()
-        gemm = shaped_gemm_flops(rows, width, ffn, tdtype, repeats=max(repeats // 2, 1))
-        attention = attention_flops(rows, heads, head_dim, tdtype, repeats=repeats)
-        call_s = max(sparse_call_seconds(width, ffn, iters=500) - op_s, 0.0)
+                                   threads=threads, repeats=repeats, rows=ffn, timer=best_time)
+        op_s = python_op_seconds(timer=best_time)
+        gemm = shaped_gemm_flops(rows, width, ffn, tdtype, repeats=repeats, timer=best_time)
+        attention = attention_flops(rows, heads, head_dim, tdtype, repeats=repeats,
+                                    timer=best_time)
+        call_s = max(sparse_call_seconds(width, ffn, iters=500, timer=best_time) - op_s, 0.0)
     return KernelRates(dtype=dtype, threads=threads, stream_bw=bw, gemm_flops=gemm,
                        attention_flops=attention, op_s=op_s, sparse_call_s=call_s,
                        shape={"width": width, "ffn": ffn, "prompt_rows": rows,

@@ -233,6 +233,7 @@ class SensitivityTask:
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
     validation_batches: int = 4  # last real-size `validate` invocations shown on the page
+    page_only: bool = False  # redraw README.md from the CSVs (no simulation)
 
 
 @dataclass

@@ -27,7 +27,6 @@ from powerbench.tasks.calibration_set import (
     prepare,
     row_error,
     rows,
-    within_count,
 )
 from powerbench.tasks.config import SensitivityTask
 
@@ -120,7 +119,26 @@ def _change(c_base: Any, c_new: Any) -> float:
 
 
 def sensitivity(task: SensitivityTask, cfg: PowerbenchConfig, out_dir: Path) -> pd.DataFrame:
-    start = time.perf_counter()
+    out = Path(task.out_dir) if task.out_dir else results_dir() / "calibration"
+    out.mkdir(parents=True, exist_ok=True)
+    if task.page_only:  # the page redrawn from the CSVs (e.g. after new validate rows)
+        table = pd.read_csv(out / "calibration_rows.csv", keep_default_na=False,
+                            na_values=[""])
+        sens_frame = pd.read_csv(out / "sensitivity.csv")
+    else:
+        table, sens_frame = calibration_tables(task)
+        table.to_csv(out / "calibration_rows.csv", index=False)
+        sens_frame.to_csv(out / "sensitivity.csv", index=False, float_format="%.3f")
+    page = render_page(table, sens_frame, task.step)
+    page += validation_section(out / "validation_realsize.csv", task.validation_batches)
+    (out / "README.md").write_text(page)
+    print(page)
+    return table
+
+
+def calibration_tables(task: SensitivityTask) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(calibration rows: previous factors and sourced constants; each row's change per
+    constant varied by ±task.step)."""
     jobs = compose_jobs()
     prepare(jobs)
     base = rows(jobs)
@@ -140,20 +158,11 @@ def sensitivity(task: SensitivityTask, cfg: PowerbenchConfig, out_dir: Path) -> 
         high = rows(jobs, f"{name}+", plus)
         for c, lo, hi in zip(base, low, high, strict=True):
             sens.append({"constant": name, "row": c.published.label,
+                         "published": c.published.value,
                          f"minus_{round(100 * step)}pct": _change(c, lo),
                          f"plus_{round(100 * step)}pct": _change(c, hi),
                          "unit": "points" if c.published.absolute else "%"})
-    sens_frame = pd.DataFrame(sens)
-    out = Path(task.out_dir) if task.out_dir else results_dir() / "calibration"
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "calibration_rows.csv", index=False)
-    sens_frame.to_csv(out / "sensitivity.csv", index=False, float_format="%.3f")
-    page = render_page(table, sens_frame, step, len(jobs), time.perf_counter() - start,
-                       within_count(base), within_count(before))
-    page += validation_section(out / "validation_realsize.csv", task.validation_batches)
-    (out / "README.md").write_text(page)
-    print(page)
-    return table
+    return table, pd.DataFrame(sens)
 
 
 VALIDATION_COLUMNS = ["date", "dtype", "threads", "layers", "engine", "hardware_variant",
@@ -204,8 +213,8 @@ def _note(missing: dict[str, str], label: str, value: float, within: bool) -> st
     return "not diagnosed (see the sensitivity table)"
 
 
-def _top_drivers(sens: pd.DataFrame, row: str, n: int = 3) -> str:
-    rows_ = sens[sens["row"] == row].copy()
+def _top_drivers(sens: pd.DataFrame, row: str, value: float, n: int = 3) -> str:
+    rows_ = sens[(sens["row"] == row) & (sens["published"] == value)].copy()
     cols = [c for c in rows_.columns if c.startswith(("minus_", "plus_"))]
     rows_["swing"] = rows_[cols].abs().max(axis=1)
     top = rows_.sort_values("swing", ascending=False).head(n)
@@ -215,14 +224,15 @@ def _top_drivers(sens: pd.DataFrame, row: str, n: int = 3) -> str:
                      for r in top.itertuples())
 
 
-def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float, n_jobs: int,
-                seconds: float, within: int, within_before: int) -> str:
+def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float) -> str:
     pct = round(100 * step)
+    within, within_before = int(table["within"].sum()), int(table["previous_within"].sum())
     lines = [
         "# Calibration rows and their sensitivity (SIMULATED)", "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
-        "`powerbench sensitivity` (any machine: simulated numbers do not depend on it; "
-        f"{n_jobs} runs placed once and re-costed, {seconds:.0f} s). Do not edit by hand.", "",
+        "`powerbench sensitivity` (`task.page_only=true` redraws this page from the CSVs). "
+        "Simulated numbers do not depend on the machine; every run the rows read is placed "
+        "once and re-costed per variant. Do not edit by hand.", "",
         "The calibration set is the `calibration=True` rows of the reproduction targets "
         "(fig10, fig11, fig12, fig13, fig18). `previous`: the factors fitted before the "
         "constants were sourced (gpu_dense 0.4, gpu_sparse 0.2, int4 0.5, no vLLM host "
@@ -232,16 +242,16 @@ def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float, n_jobs: in
         "", "| row | published | previous | error | ours | error | within | missing mechanism |",
         "|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
+        note = r.missing_mechanism if isinstance(r.missing_mechanism, str) else ""
         lines.append(f"| {r.row} | {r.published:.3g} | {r.previous:.4g} | {r.previous_error} | "
-                     f"{r.ours:.4g} | {r.error} | {'yes' if r.within else 'NO'} | "
-                     f"{r.missing_mechanism} |")
+                     f"{r.ours:.4g} | {r.error} | {'yes' if r.within else 'NO'} | {note} |")
     lines += ["", f"## Sensitivity: each constant ±{pct}% (placements held)", "",
               f"Change of each row's value (relative rows in %, share rows in points) when one "
               f"constant moves -{pct}% / +{pct}% (efficiencies capped at 1.0). The three "
               "constants each row hinges on most:", "", "| row | top drivers (-/+) |",
               "|---|---|"]
-    for row in table["row"]:
-        lines.append(f"| {row} | {_top_drivers(sens, row)} |")
+    for row, value in zip(table["row"], table["published"], strict=True):
+        lines.append(f"| {row} | {_top_drivers(sens, row, value)} |")
     lines += ["", "Every constant and row: `sensitivity.csv`; the rows: `calibration_rows.csv`.",
               ""]
     return "\n".join(lines)
