@@ -98,13 +98,20 @@ def constants_varied(step: float) -> dict[str, tuple[Variant, Variant]]:
     return out
 
 
+MECHANISMS = ("host_layer_us", "hybrid_roundtrip_us")
+
+
 def previous_factors(values: dict[str, float]) -> Variant:
-    """The constants before they were sourced (the fitted efficiency factors, no vLLM
-    host overhead), for the before/after table."""
+    """The cost model before its constants were sourced (the fitted efficiency factors;
+    no vLLM host time, one synchronisation per hybrid layer: `values` 0 for those), for
+    the before/after table."""
     def variant(sim: SimulatorConfig, hw: HardwareProfile) -> tuple[SimulatorConfig,
                                                                       HardwareProfile]:
-        eff = replace(sim.efficiency, **{k: v for k, v in values.items() if k != "host_layer_us"})
-        return replace(sim, efficiency=eff, host_layer_us=values.get("host_layer_us", 0.0)), hw
+        eff = replace(sim.efficiency, **{k: v for k, v in values.items() if k not in MECHANISMS})
+        mech = {k: values[k] for k in MECHANISMS if k in values}
+        if mech.get("hybrid_roundtrip_us") == 0:
+            mech["hybrid_roundtrip_us"] = None
+        return replace(sim, efficiency=eff, **mech), hw
 
     return variant
 
@@ -217,6 +224,8 @@ def _top_drivers(sens: pd.DataFrame, row: str, value: float, n: int = 3) -> str:
     rows_ = sens[(sens["row"] == row) & (sens["published"] == value)].copy()
     cols = [c for c in rows_.columns if c.startswith(("minus_", "plus_"))]
     rows_["swing"] = rows_[cols].abs().max(axis=1)
+    if not (rows_["swing"] > 0).any():
+        return "none (the value depends on the placement only, held here)"
     top = rows_.sort_values("swing", ascending=False).head(n)
     unit = "pt" if (rows_["unit"] == "points").any() else "%"
     return "; ".join(f"{r.constant.split(': ')[1]} ({r.constant.split('/')[1].split('.')[0]}) "
@@ -234,10 +243,12 @@ def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float) -> str:
         "Simulated numbers do not depend on the machine; every run the rows read is placed "
         "once and re-costed per variant. Do not edit by hand.", "",
         "The calibration set is the `calibration=True` rows of the reproduction targets "
-        "(fig10, fig11, fig12, fig13, fig18). `previous`: the factors fitted before the "
-        "constants were sourced (gpu_dense 0.4, gpu_sparse 0.2, int4 0.5, no vLLM host "
-        "overhead); `ours`: the sourced constants of docs/constants.md. The fig18 A100 runs "
-        "use `simulator=vllm` (vLLM's per-layer host time).", "",
+        "(fig10, fig11, fig12, fig13, fig18). `previous`: the cost model before its "
+        "constants were sourced (the fitted gpu_dense 0.4, gpu_sparse 0.2, int4 0.5; one "
+        "synchronisation per hybrid layer; no vLLM host time); `ours`: the sourced "
+        "constants of docs/constants.md and the two mechanisms (a hybrid layer's measured "
+        "GPU-CPU-GPU round trip, vLLM's per-layer host time). The fig18 A100 runs use "
+        "`simulator=vllm`.", "",
         f"Within tolerance: **{within} of {len(table)}** (previous factors: {within_before}).",
         "", "| row | published | previous | error | ours | error | within | missing mechanism |",
         "|---|---|---|---|---|---|---|---|"]
