@@ -65,3 +65,16 @@ def instantiate(node: Mapping[str, Any], /, *, context: Mapping[str, Any] | None
     params.update(fixed)
     offered = {k: v for k, v in (context or {}).items() if k not in params}
     return target(**params, **accepted_kwargs(target, offered))
+
+
+def lazy_attributes(package: str, names: Mapping[str, str]) -> Any:
+    """A package's module-level `__getattr__` that imports `names[attr]` on first use, so
+    importing the package (e.g. for one light submodule) does not import its heavy parts
+    (Hydra, cvxpy ...): `__getattr__ = lazy_attributes(__name__, {"solve": "pkg.solve"})`."""
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            return getattr(importlib.import_module(names[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

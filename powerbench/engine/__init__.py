@@ -12,7 +12,7 @@ from powerbench.engine.hf_generate import HFGenerateEngine
 from powerbench.engine.kv_cache import KVCache
 from powerbench.engine.observers import ActivationRecorder
 from powerbench.engine.prompts import build_prompt_batch
-from powerbench.engine.run import build_engine, run_engine
+from powerbench.engine.run_engine import build_engine, run_engine
 from powerbench.engine.sampling import Sampler, SamplingConfig
 from powerbench.engine.timing import METRIC_NAMES, RunTiming, StepClock
 from powerbench.engine.weights import DecoderWeights, extract_weights

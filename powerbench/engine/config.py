@@ -1,14 +1,61 @@
 """Typed schemas for the `engine` config group (plain dataclasses: no omegaconf import).
 
-- `decoder`: our loop (`DecoderEngine`) with the FFN named by `ffn._target_`
-  (`dense`: DenseFFN; the sparse engines: a sparse FFN class plus its parameters).
+- `decoder`: our loop (`DecoderEngine`) with a dense FFN; `sparse`: the same loop with
+  the neuron-aware `SparseFFN`; `hybrid`: PowerInfer's GPU + CPU FFN (`HybridEngine`).
+  The flash engine's schema lives with the flash engine (`powerbench.flash.config`).
 - `hf_generate`: transformers' `generate` baseline.
+
+Every FFN is a typed `FFNConfig` subclass whose `_target_` names its class, written once
+here (never in yaml); the engine builds it with the config's fields as keyword arguments
+plus the context the class asks for (weights, predictors, placement, profile ...). A new
+FFN is a class, an `FFNConfig` subclass, an engine schema whose `ffn` is that config, and
+a yaml under conf/engine/.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+
+@dataclass
+class FFNConfig:
+    """Base of every FFN's typed config: `_target_` is the FFN class."""
+
+    _target_: str = "powerbench.engine.ffn.DenseFFN"
+
+
+def ffn_node(cfg: FFNConfig) -> dict[str, Any]:
+    """The FFN's `_target_` and keyword arguments (`powerbench.build.instantiate` builds it)."""
+    if not isinstance(cfg, FFNConfig):
+        raise TypeError(f"engine.ffn must be a typed FFNConfig (got {type(cfg).__name__}): "
+                        "define a dataclass subclass of powerbench.engine.config.FFNConfig")
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+
+
+@dataclass
+class DenseFFNConfig(FFNConfig):
+    _target_: str = "powerbench.engine.ffn.DenseFFN"
+
+
+@dataclass
+class SparseFFNConfig(FFNConfig):
+    """`SparseFFN`: the predictors choose each step's active neurons; `backend` computes them
+    (sparse_cpu | sparse_cuda | sparse_torch; one that cannot be built falls back)."""
+
+    _target_: str = "powerbench.engine.sparse.SparseFFN"
+    backend: str = "sparse_cpu"
+    dense_from_rows: int = 32  # calls of >= this many rows (prompts) run the dense FFN
+
+
+@dataclass
+class HybridFFNConfig(FFNConfig):
+    """`HybridFFN`: hot neurons on the GPU, cold on the CPU, following the placement."""
+
+    _target_: str = "powerbench.engine.hybrid.HybridFFN"
+    active: str = "auto"  # auto (predictors if built, else oracle) | predictor | oracle | dense
+    gpu_backend: str = "sparse_cuda"
+    cpu_backend: str = "sparse_cpu"
 
 
 @dataclass
@@ -24,10 +71,6 @@ class EngineConfig:
     seed: int = 0
 
 
-def _dense_ffn() -> dict[str, Any]:
-    return {"_target_": "powerbench.engine.ffn.DenseFFN"}
-
-
 @dataclass
 class DecoderEngineConfig(EngineConfig):
     # dense projections (attention, output projection, dense FFN): auto | torch | sparse_cpu
@@ -36,8 +79,22 @@ class DecoderEngineConfig(EngineConfig):
     # sparse_cpu: the kernel for fp32 weights too; powerbench.engine.linear)
     dense_kernel: str = "auto"
     dense_kernel_max_rows: int = 8
-    # `_target_` + parameters of the FFN class; any keys (each FFN validates its own)
-    ffn: dict[str, Any] = field(default_factory=_dense_ffn)
+    ffn: FFNConfig = field(default_factory=DenseFFNConfig)
+
+
+@dataclass
+class SparseEngineConfig(DecoderEngineConfig):
+    name: str = "sparse_cpu"
+    ffn: SparseFFNConfig = field(default_factory=SparseFFNConfig)
+
+
+@dataclass
+class HybridEngineConfig(DecoderEngineConfig):
+    _target_: str = "powerbench.engine.hybrid.HybridEngine"
+    name: str = "hybrid"
+    dtype: str | None = "fp16"
+    device: str | None = "cuda"
+    ffn: HybridFFNConfig = field(default_factory=HybridFFNConfig)
 
 
 @dataclass
@@ -46,4 +103,5 @@ class HFGenerateConfig(EngineConfig):
     name: str = "hf_generate"
 
 
-SCHEMAS = {"decoder": DecoderEngineConfig, "hf_generate": HFGenerateConfig}
+SCHEMAS = {"decoder": DecoderEngineConfig, "sparse": SparseEngineConfig,
+           "hybrid": HybridEngineConfig, "hf_generate": HFGenerateConfig}

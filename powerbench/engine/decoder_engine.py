@@ -26,7 +26,7 @@ from powerbench.engine.base import (
     model_dtype,
     torch_dtype,
 )
-from powerbench.engine.config import DecoderEngineConfig
+from powerbench.engine.config import DecoderEngineConfig, ffn_node
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.ffn import FFNObserver
 from powerbench.engine.linear import make_linear
@@ -44,7 +44,7 @@ class DecoderEngine:
         cfg = cfg if cfg is not None else DecoderEngineConfig()
         self.cfg = cfg
         self.name = cfg.name
-        self.ffn_cfg = dict(cfg.ffn)
+        self.ffn_cfg = ffn_node(cfg.ffn)
         self.dtype = cfg.dtype
         self.device = cfg.device
         self.sampling = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)

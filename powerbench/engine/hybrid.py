@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from powerbench.engine.config import DecoderEngineConfig
+from powerbench.engine.config import DecoderEngineConfig, HybridEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
@@ -282,9 +282,7 @@ class HybridEngine(DecoderEngine):
     """Our decoder loop on the GPU (attention, KV cache, residual stream) with `HybridFFN`."""
 
     def __init__(self, cfg: DecoderEngineConfig | None = None) -> None:
-        super().__init__(cfg if cfg is not None else DecoderEngineConfig(
-            _target_=f"{__name__}.HybridEngine", name="hybrid", dtype="fp16", device="cuda",
-            ffn={"_target_": f"{__name__}.HybridFFN"}))
+        super().__init__(cfg if cfg is not None else HybridEngineConfig())
 
     def build_decoder(self, loaded: LoadedModel, observer: FFNObserver | None = None,
                       **context: Any) -> Decoder:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from powerbench.evaluation.ppl_callback import calibration_perplexity
-from powerbench.predictor.build import build_predictors, make_strategy, predictor_report
+from powerbench.predictor.cached_predictors import build_predictors, make_strategy, predictor_report
 from powerbench.predictor.predictor_set import ActivePredictor
 from powerbench.profiling.activation_profile import ActivationProfile
 

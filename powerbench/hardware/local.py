@@ -5,7 +5,7 @@ its checksum is intact and its machine fingerprint matches this machine; otherwi
 with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
 (a few seconds) and stores the result with the date and fingerprint.
 
-`measure_kernels` (given by conf/hardware/local.yaml's target,
+`measure_kernels` (given by the `local` schema's target,
 `powerbench.measure.local_kernels.load_local`): a function that measures the engines' own
 kernels per (dtype, threads) at real-size shapes (`ComputeUnit.kernels`); the measurement
 layer owns it because it runs engine code. A cached profile without them is re-measured.
@@ -170,7 +170,8 @@ def load_local(cfg: LocalHardwareConfig | None = None,
             record = json.loads(cache.path(key).read_text())
             if record.get("fingerprint") == current:
                 profile = HardwareProfile.from_dict(record["profile"])
-                kernels_ok = measure_kernels is None or bool(profile.cpu.kernels)
+                kernels_ok = (measure_kernels is None or not c.kernel_dtypes
+                              or bool(profile.cpu.kernels))
                 if (not c.storage or "flash" in profile.memories) and kernels_ok:
                     log.info("hardware: local profile from %s (measured %s)", cache.path(key),
                              record.get("date"))

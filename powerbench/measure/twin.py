@@ -256,8 +256,8 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
     calibrations before, between and after the rounds. Each decoder's measured metrics are
     medians over all its timed generations (with repeats=1: the median over rounds);
     `predictors[name]` is what its twin is told about its predictor (None: dense)."""
-    from powerbench.engine.bench_decode import rotation
     from powerbench.engine.timing import summarize
+    from powerbench.measure.harness import rotation
     from powerbench.simulator.simulate import simulate
 
     predictors = predictors or {}

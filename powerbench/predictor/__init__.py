@@ -5,8 +5,7 @@ Importing this package needs torch only (the engine's constraint); the config-dr
 builders (`build_predictors`, `predictor_report`, `strategy_metrics`) load lazily.
 """
 
-from typing import Any
-
+from powerbench.build import lazy_attributes
 from powerbench.predictor.model import LayerPredictor
 from powerbench.predictor.oracle import OraclePredictorSet
 from powerbench.predictor.predictor_set import (
@@ -18,19 +17,14 @@ from powerbench.predictor.predictor_set import (
 from powerbench.predictor.stats import LayerPredictorStats, overall_metrics, write_stats_csv
 
 _LAZY = {
-    "build_predictors": "powerbench.predictor.build",
-    "predictor_cache_key": "powerbench.predictor.build",
-    "predictor_report": "powerbench.predictor.build",
+    "build_predictors": "powerbench.predictor.cached_predictors",
+    "predictor_cache_key": "powerbench.predictor.cached_predictors",
+    "predictor_report": "powerbench.predictor.cached_predictors",
     "strategy_metrics": "powerbench.predictor.strategies",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'powerbench.predictor' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -1,5 +1,10 @@
-"""Activation profiling: measured (forward hooks) and synthetic (published statistics)."""
+"""Activation profiling: measured (forward hooks) and synthetic (published statistics).
 
+The profile types import with numpy alone; the profiler, store and synthetic profiles load
+on first use (they need the model and config packages).
+"""
+
+from powerbench.build import lazy_attributes
 from powerbench.profiling.activation_profile import (
     ActivationProfile,
     LayerProfile,
@@ -7,9 +12,13 @@ from powerbench.profiling.activation_profile import (
     pack_masks,
     unpack_masks,
 )
-from powerbench.profiling.profiler import profile_model
-from powerbench.profiling.store import load_or_profile, load_profile, save_profile
-from powerbench.profiling.synthetic import synthetic_profile
+
+_STORE = "powerbench.profiling.store"
+__getattr__ = lazy_attributes(__name__, {
+    "profile_model": "powerbench.profiling.profiler", "load_or_profile": _STORE,
+    "load_profile": _STORE, "save_profile": _STORE,
+    "synthetic_profile": "powerbench.profiling.synthetic",
+})
 
 __all__ = [
     "ActivationProfile",

@@ -1,34 +1,42 @@
-"""`powerbench bench-decode`: dense vs sparse decoders side by side (engine.bench_decode).
+"""`powerbench bench-decode`: dense vs sparse decoders side by side (measure.decode_bench).
 
 With `task.synthetic_model=<model>` (a model yaml with a `spec`, e.g. opt_6_7b) the
 decoders run that real shape with SYNTHETIC seeded random weights (`task.dtype`,
 `task.layers`, `powerbench.engine.synthetic`) and active sets replayed from the synthetic
-profile's trace: only the speed is meaningful. It writes results/decode_realsize.csv, with
-the achieved GB/s set against this machine's DRAM read bandwidth measured in the same run.
+profile's trace: only the speed is meaningful; the achieved GB/s are set against this
+machine's DRAM read bandwidth measured in the same run.
+
+Reports through the measurement harness (study `decode`): the table, a CSV and JSON in the
+run directory, one MLflow run; `task.publish=true` also writes results/decode/.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, group_config
 from powerbench.engine import build_prompt_batch
-from powerbench.engine.bench_decode import build_engines, format_table, run_decode_bench
 from powerbench.evaluation.predictor_stage import prepare_predictors
-from powerbench.paths import results_dir
+from powerbench.measure.decode_bench import build_engines, run_decode_bench
+from powerbench.measure.harness import Report, run_benchmark
 from powerbench.tasks.config import BenchDecodeTask
 from powerbench.tasks.inputs import model_inputs
 
+DECODE_COLUMNS = ("engine", "predictor", "decode_tokens_per_s", "decode_tokens_per_s_p10",
+                  "decode_tokens_per_s_p90", "speedup_vs_dense", "decode_tokens_per_s_best",
+                  "speedup_best_vs_dense", "ffn_us_per_call", "ffn_speedup_vs_dense",
+                  "computed_fraction", "weight_mb_per_token", "achieved_gbps")
 
-def bench_decode(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) -> list:
-    import pandas as pd
 
-    if task.synthetic_model:
-        return bench_decode_synthetic(task, cfg)
+def bench_decode(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
+    measure = bench_decode_synthetic if task.synthetic_model else bench_decode_model
+    return run_benchmark(cfg, out_dir, lambda: measure(task, cfg, out_dir), task.publish)
+
+
+def bench_decode_model(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) -> Report:
+    """Our decoder with the configured model's trained weights: dense vs each predictor."""
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     names = sorted(set(task.predictors) | ({task.unfused} if task.unfused else set()))
@@ -47,25 +55,14 @@ def bench_decode(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) ->
     ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,
                              bench.batch_size)
     rows = run_decode_bench(ids, engines, pbytes, task.rounds, bench.new_tokens, bench.threads)
-    print(f"\n{loaded.spec.name}, batch {bench.batch_size}, prompt {bench.prompt_tokens}, "
-          f"{bench.new_tokens} new tokens, {rows[0].threads} thread(s), {task.rounds} rounds, "
-          f"load average {os.getloadavg()[0]:.2f} (measured on this machine's CPU)\n")
-    print(format_table(rows))
-    out = Path(task.out) if task.out else results_dir() / "decode_cpu.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([asdict(r) for r in rows]).to_csv(out, index=False)
-    print(f"\n-> {out}")
-    tracker = build(cfg.tracking)
-    with tracker.run(f"bench-decode-{loaded.spec.name}", tags={"measured": "true"}):
-        tracker.log_params({"model": loaded.spec.name, "bench": as_container(bench),
-                            "task": as_container(task)})
-        for r in rows:
-            key = r.predictor.replace(" ", "_")
-            tracker.log_metrics({f"{key}_decode_tokens_per_s": r.decode_tokens_per_s,
-                                 f"{key}_speedup_vs_dense": r.speedup_vs_dense,
-                                 f"{key}_ffn_us_per_call": r.ffn_us_per_call})
-        tracker.log_artifact(out)
-    return rows
+    return Report(
+        study="decode", name=loaded.spec.name, rows=[asdict(r) for r in rows],
+        key=("engine", "predictor"), columns=DECODE_COLUMNS, metrics=DECODE_COLUMNS[2:],
+        title=f"decode, {loaded.spec.name}: dense vs sparse ({rows[0].threads} thread(s), "
+              f"batch {bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new "
+              f"tokens, {task.rounds} rounds)",
+        params={"model": loaded.spec.name, "bench": as_container(bench),
+                "task": as_container(task)})
 
 
 SYNTHETIC_NOTE = ("synthetic weights: only speed is meaningful (seeded random weights; the "
@@ -73,11 +70,9 @@ SYNTHETIC_NOTE = ("synthetic weights: only speed is meaningful (seeded random we
                   "activation profile's trace)")
 
 
-def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig) -> list:
+def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Path) -> Report:
     """Dense vs sparse on a real shape with synthetic weights (see the module docstring)."""
-    import pandas as pd
-
-    from powerbench.engine.bench_decode import build_synthetic_engines
+    from powerbench.measure.decode_bench import build_synthetic_engines
     from powerbench.ops.bandwidth import cpu_read_bandwidth
     from powerbench.tasks.inputs import synthetic_inputs
     from powerbench.threads import torch_threads
@@ -95,60 +90,44 @@ def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig) -> list
     engines, pbytes = build_synthetic_engines(weights, profile, task.backend,
                                               task.predictor_rank, task.seed,
                                               task.torch_linear_baseline)
-    load_before = os.getloadavg()[0]
     with torch_threads(bench.threads):  # the reference: read before and after, the best kept
         before = cpu_read_bandwidth()
     rows = run_decode_bench(ids, engines, pbytes, task.rounds, bench.new_tokens, bench.threads)
     with torch_threads(bench.threads):
         after = cpu_read_bandwidth()
     dram = max(before, after, key=lambda b: b.gbps)
-    load_after = os.getloadavg()[0]
     weight_gb = sum(t.numel() * t.element_size() for t in _tensors(weights)) / 1e9
-    print(f"\n{spec.name} shape (synthetic weights), {task.dtype}, {spec.n_layers} of "
-          f"{full.n_layers} layers (layers kept from the profile: {profile.layer_ids}), "
-          f"{weight_gb:.2f} GB of weights built in {build_s:.0f} s, batch {bench.batch_size}, "
-          f"prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, {rows[0].threads} "
-          f"thread(s), {task.rounds} rounds, load average {load_before:.2f} -> {load_after:.2f}; "
-          f"DRAM read bandwidth {dram.gbps:.1f} GB/s ({dram.method}, same threads, best of "
-          f"{before.gbps:.1f} before and {after.gbps:.1f} after the rounds)\n")
-    print(format_table(rows))
-    print(f"\n{SYNTHETIC_NOTE}")
-    print("weights read per token / DRAM read bandwidth (median round; fastest round):")
-    for r in rows:
-        best = _best_gbps(r)
-        print(f"  {r.predictor:<20} {r.achieved_gbps:6.2f} GB/s = "
-              f"{r.achieved_gbps / dram.gbps:6.1%}; {best:6.2f} GB/s = {best / dram.gbps:6.1%}")
-    frame = pd.DataFrame([asdict(r) for r in rows])
-    extra = {"weights": "synthetic", "model": spec.name, "dtype": task.dtype,
+    shape = {"weights": "synthetic", "model": spec.name, "dtype": task.dtype,
              "layers": spec.n_layers, "model_layers": full.n_layers, "d_model": spec.d_model,
-             "d_ffn": spec.d_ffn, "token_sparsity": spec.stats.token_sparsity
-             if spec.stats else None, "prompt_tokens": bench.prompt_tokens,
-             "new_tokens": bench.new_tokens, "dram_gbps": dram.gbps, "dram_method": dram.method,
-             "dram_gbps_before": before.gbps, "dram_gbps_after": after.gbps,
-             "load_avg_before": load_before, "load_avg_after": load_after}
-    for i, (key, value) in enumerate(extra.items()):
-        frame.insert(i, key, value)
-    frame["bandwidth_fraction"] = frame["achieved_gbps"] / dram.gbps
-    frame["achieved_gbps_best"] = [_best_gbps(r) for r in rows]
-    frame["bandwidth_fraction_best"] = frame["achieved_gbps_best"] / dram.gbps
-    out = Path(task.out) if task.out else results_dir() / "decode_realsize.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
-    print(f"\n-> {out}")
-    tracker = build(cfg.tracking)
-    with tracker.run(f"bench-decode-synthetic-{spec.name}",
-                     tags={"measured": "true", "weights": "synthetic"}):
-        tracker.log_params({"model": spec.name, "bench": as_container(bench),
-                            "task": as_container(task)})
-        tracker.log_metrics({"dram_gbps": dram.gbps})
-        for r in rows:
-            key = r.predictor.replace(" ", "_").replace("+", "_")
-            tracker.log_metrics({f"{key}_decode_tokens_per_s": r.decode_tokens_per_s,
-                                 f"{key}_speedup_vs_dense": r.speedup_vs_dense,
-                                 f"{key}_ffn_us_per_call": r.ffn_us_per_call,
-                                 f"{key}_achieved_gbps": r.achieved_gbps})
-        tracker.log_artifact(out)
-    return rows
+             "d_ffn": spec.d_ffn,
+             "token_sparsity": spec.stats.token_sparsity if spec.stats else None,
+             "prompt_tokens": bench.prompt_tokens, "new_tokens": bench.new_tokens,
+             "dram_gbps": dram.gbps, "dram_method": dram.method,
+             "dram_gbps_before": before.gbps, "dram_gbps_after": after.gbps}
+    table = []
+    for r in rows:
+        row = {**shape, **asdict(r)}
+        row["bandwidth_fraction"] = r.achieved_gbps / dram.gbps
+        row["achieved_gbps_best"] = _best_gbps(r)
+        row["bandwidth_fraction_best"] = row["achieved_gbps_best"] / dram.gbps
+        table.append(row)
+    return Report(
+        study="decode", name=f"realsize_{spec.name}_{task.dtype}_{spec.n_layers}of{full.n_layers}",
+        rows=table, key=("engine", "predictor"),
+        columns=(*DECODE_COLUMNS, "bandwidth_fraction", "bandwidth_fraction_best"),
+        metrics=(*DECODE_COLUMNS[2:], "bandwidth_fraction", "bandwidth_fraction_best",
+                 "dram_gbps"),
+        title=f"decode, {spec.name} shape (synthetic weights), {task.dtype}, {spec.n_layers} of "
+              f"{full.n_layers} layers, {rows[0].threads} thread(s), {task.rounds} rounds",
+        notes=[SYNTHETIC_NOTE,
+               f"layers kept from the profile: {profile.layer_ids}; {weight_gb:.2f} GB of "
+               f"weights built in {build_s:.0f} s; batch {bench.batch_size}, prompt "
+               f"{bench.prompt_tokens}, {bench.new_tokens} new tokens",
+               f"DRAM read bandwidth {dram.gbps:.1f} GB/s ({dram.method}, same threads, best of "
+               f"{before.gbps:.1f} before and {after.gbps:.1f} after the rounds); "
+               "bandwidth_fraction = weights read per token x tokens/s / that bandwidth "
+               "(median round; _best: fastest round)"],
+        params={**shape, "bench": as_container(bench), "task": as_container(task)})
 
 
 def _best_gbps(row: Any) -> float:

@@ -3,7 +3,8 @@
 OPT-30B, OPT-66B, LLaMA(ReGLU)-70B and OPT-175B synthetic profiles on pc_high and pc_low;
 for each, greedy (PowerInfer's released top-k) and the ILP (design section 5) under the
 paper's communication rule (`dense`) and its activation-weighted variant (`expected`).
-Writes results/solver_scale.csv and .png and prints the table.
+Reports through the measurement harness (study `solver`: table, CSV, plot in the run
+directory, one MLflow run; `task.publish=true` also writes results/solver/).
 
 Weights are fp16 where the model fits the machine (GPU + CPU), else int4, as PowerInfer
 evaluates its largest models. Dense parts get `dense_gpu_share` 0.5 of the GPU by default
@@ -22,9 +23,9 @@ import pandas as pd
 
 from powerbench.config import PowerbenchConfig, group_config
 from powerbench.hardware import load_hardware
+from powerbench.measure.harness import Report, run_benchmark
 from powerbench.model.loading import spec_from_config
 from powerbench.model.spec import ModelSpec
-from powerbench.paths import results_dir
 from powerbench.profiling.synthetic import synthetic_profile
 from powerbench.solver import PlacementInfeasibleError, solve
 from powerbench.tasks.config import BenchSolverTask
@@ -97,8 +98,16 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) -> pd.DataFrame:
-    out = Path(task.out) if task.out else results_dir() / "solver_scale.csv"
+SHOWN = ("model", "hardware", "weight_dtype", "solver", "communication", "ffn_budget_gb",
+         "n_binaries", "solve_time_s", "objective", "solver_gap", "bound_gap",
+         "gpu_neuron_load_share", "cl_violations", "status", "load_avg_1m_before")
+
+
+def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
+    return run_benchmark(cfg, out_dir, lambda: measure_solvers(task, out_dir), task.publish)
+
+
+def measure_solvers(task: BenchSolverTask, out_dir: Path) -> Report:
     rows = []
     for model in task.models:
         spec = spec_from_config(group_config("model", model))
@@ -116,14 +125,15 @@ def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) ->
                     rows.append(row)
                     print(f"{model:16s} {hw_name:8s} {dtype:4s} {solver:6s} {communication:8s} "
                           f"{row.get('status')}  t={row['solve_time_s']:.2f}s", flush=True)
-    frame = pd.DataFrame(rows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
-    plot(frame, out.with_suffix(".png"))
-    cols = ["model", "hardware", "weight_dtype", "solver", "communication", "ffn_budget_gb",
-            "n_binaries", "solve_time_s", "objective", "solver_gap", "bound_gap",
-            "gpu_neuron_load_share", "cl_violations", "status", "load_avg_1m_before"]
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(frame[[c for c in cols if c in frame]].to_string(index=False))
-    print(f"\nwrote {out} and {out.with_suffix('.png')}")
-    return frame
+    figure = Path(out_dir) / "solver_scale.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    plot(pd.DataFrame(rows), figure)
+    return Report(
+        study="solver", name="solver_scale", rows=rows,
+        key=("model", "hardware", "solver", "communication"),
+        columns=[c for c in SHOWN if any(c in r for r in rows)],
+        metrics=("solve_time_s", "objective", "solver_gap", "bound_gap",
+                 "gpu_neuron_load_share", "cl_violations"),
+        title="placement solvers at paper scale (synthetic profiles)",
+        params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")}},
+        extra_files=[figure])

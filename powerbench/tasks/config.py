@@ -64,7 +64,7 @@ class BenchDecodeTask:
     predictors: list[str] = field(default_factory=lambda: ["fixed", "adaptive", "oracle"])
     backend: str = "sparse_cpu"
     unfused: str | None = "adaptive"  # also time this predictor unfused (None: skip)
-    out: str | None = None  # CSV path (None: results/decode_cpu.csv or decode_realsize.csv)
+    publish: bool = False  # also write the report into results/decode/
     # real-size shapes, synthetic (seeded random) weights: only speed is meaningful
     synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
     synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
@@ -124,7 +124,7 @@ class BenchSolverTask:
     solver_overrides: list[str] = field(default_factory=lambda: ["dense_gpu_share=0.5"])
     ilp_overrides: list[str] = field(default_factory=list)  # e.g. ["group_size=64"]
     context: int = 2048
-    out: str | None = None  # CSV path (None: results/solver_scale.csv)
+    publish: bool = False  # also write the report into results/solver/
 
 
 @dataclass
@@ -172,7 +172,7 @@ class BenchThresholdTask:
     # also time our dense decoder without the fused decode operators (RMSNorm, attention,
     # gated activation: powerbench.engine.decode_kernels), engine ours-dense-unfused
     unfused_baseline: bool = False
-    out: str | None = None  # CSV (None: results/smollm2_sparsity.csv)
+    publish: bool = False  # also write the report into results/threshold/
 
 
 @dataclass

@@ -18,10 +18,10 @@ from pathlib import Path
 from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container, group_config
 from powerbench.engine import build_prompt_batch
-from powerbench.engine.bench_decode import build_engines, run_decode_bench
 from powerbench.evaluation.accuracy import run_accuracy_eval
 from powerbench.evaluation.predictor_stage import prepare_predictors
 from powerbench.hardware import load_hardware
+from powerbench.measure.decode_bench import build_engines, run_decode_bench
 from powerbench.model.loading import spec_from_config
 from powerbench.predictor.sized import quality_from_config, size_predictors
 from powerbench.predictor.stats import predictor_layer_bytes

@@ -61,10 +61,11 @@ class JobLedger:
             return None
         return runs[0].info.run_id if runs else None
 
-    def mark_finished(self, out_dir: Path, run_id: str | None) -> None:
+    def mark_finished(self, out_dir: Path, run_id: str | None,
+                      metrics_file: str = "metrics.json") -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         entry = {"status": "FINISHED", "job_id": self.job_id, "run_id": run_id,
-                 "metrics": str(out_dir / "metrics.json"), "code_version": git_sha(),
+                 "metrics": str(out_dir / metrics_file), "code_version": git_sha(),
                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(entry, indent=1))

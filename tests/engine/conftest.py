@@ -96,9 +96,10 @@ def engine_configs(*names: str) -> dict:
 
     from powerbench.config import CONF_DIR, typed
     from powerbench.engine.config import SCHEMAS
+    from powerbench.flash.config import SCHEMAS as FLASH_SCHEMAS
 
     cs = ConfigStore.instance()
-    for name, node in SCHEMAS.items():
+    for name, node in {**SCHEMAS, **FLASH_SCHEMAS}.items():
         cs.store(group="schema/engine", name=name, node=node)
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         return {name: typed(compose(overrides=[f"+engine={name}"]).engine) for name in names}

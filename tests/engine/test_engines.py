@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from powerbench.config.schema import BenchConfig
 from powerbench.engine import DenseFFN, EngineResult, run_engine
-from powerbench.engine.config import DecoderEngineConfig
+from powerbench.engine.config import DecoderEngineConfig, FFNConfig
 from powerbench.engine.timing import METRIC_NAMES
 
 from .conftest import engine_configs, loaded_model
@@ -80,16 +82,24 @@ class CountingFFN:
         return {"ffn_calls": float(sum(self.tally.values()))}
 
 
+@dataclass
+class CountingFFNConfig(FFNConfig):
+    _target_: Any = CountingFFN
+    scale: float = 1.0
+
+
 def test_a_new_ffn_plugs_in_through_config_and_context(models, tokenizer):
     loaded = loaded_model("tiny_opt", models["opt"], tokenizer)
     bench = BenchConfig(prompt_tokens=8, new_tokens=3, batch_size=1, warmup=0, repeats=1)
-    cfg = DecoderEngineConfig(name="counting", ffn={"_target_": CountingFFN, "scale": 1.0})
+    cfg = DecoderEngineConfig(name="counting", ffn=CountingFFNConfig(scale=1.0))
     tally: dict[int, int] = {}
     r = run_engine(cfg, loaded, PROMPTS, bench, tally=tally, unrelated="ignored")
     # per layer: 8 prompt tokens + 2 decode steps of 1 token
     assert tally == {0: 10, 1: 10} and r.metrics["ffn_calls"] == 20.0
-    cfg.ffn = {"_target_": CountingFFN, "scael": 1.0}
     with pytest.raises(TypeError):
+        CountingFFNConfig(scael=1.0)
+    cfg.ffn = {"_target_": CountingFFN, "scale": 1.0}  # untyped: refused, naming the fix
+    with pytest.raises(TypeError, match="typed FFNConfig"):
         run_engine(cfg, loaded, PROMPTS, bench, tally={})
 
 

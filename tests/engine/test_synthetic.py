@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 import torch
 
-from powerbench.engine.bench_decode import build_synthetic_engines, run_decode_bench
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.sparse import SparseFFN
 from powerbench.engine.synthetic import (
@@ -16,6 +15,7 @@ from powerbench.engine.synthetic import (
     synthetic_spec,
     trace_profile,
 )
+from powerbench.measure.decode_bench import build_synthetic_engines, run_decode_bench
 
 TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=4",
         "spec.vocab_size=300", "spec.max_positions=64"]
@@ -95,10 +95,11 @@ def test_spec_less_model_is_refused():
 
 
 def test_cli_writes_the_realsize_csv(run_cli, tmp_path, capsys):
-    out = tmp_path / "decode_realsize.csv"
+    run_dir = tmp_path / "bench"
     run_cli(["bench-decode", "task.synthetic_model=opt_6_7b", f"task.synthetic_overrides={TINY}",
              "task.layers=2", "task.dtype=fp32", "task.rounds=2", "task.predictor_rank=8",
-             "bench.prompt_tokens=4", "bench.new_tokens=3", f"task.out={out}"])
+             "bench.prompt_tokens=4", "bench.new_tokens=3", f"hydra.run.dir={run_dir}"])
+    (out,) = run_dir.glob("realsize_*.csv")
     printed = capsys.readouterr().out
     assert "synthetic weights: only speed is meaningful" in printed
     frame = pd.read_csv(out)

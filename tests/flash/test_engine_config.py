@@ -30,10 +30,10 @@ def test_flash_engine_runs_from_config(engine_cfgs, tokenizer, tmp_path):  # noq
     loaded = loaded_model("tiny_opt", model, tokenizer)
     cfg = copy.deepcopy(engine_cfgs["flash"])
     ffn = cfg.ffn
-    assert ffn["_target_"] == "powerbench.flash.ffn.FlashFFN"
-    assert ffn["dram_budget_fraction"] == 0.5 and ffn["bundled"] and ffn["pipeline"]
-    ffn["cache_dir"] = str(tmp_path)
-    ffn["dram_budget_fraction"] = 0.25
+    assert ffn._target_ == "powerbench.flash.ffn.FlashFFN"
+    assert ffn.dram_budget_fraction == 0.5 and ffn.bundled and ffn.pipeline
+    ffn.cache_dir = str(tmp_path)
+    ffn.dram_budget_fraction = 0.25
     oracle = OraclePredictorSet.from_hf(model, loaded.spec)
     profile = FakeProfile(loaded.spec.n_layers, loaded.spec.neurons_per_layer)
     flash = run_engine(cfg, loaded, PROMPTS, BENCH, predictors=oracle, profile=profile)

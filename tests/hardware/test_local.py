@@ -15,7 +15,8 @@ from powerbench.hardware import microbench as mb
 from powerbench.hardware.config import LocalHardwareConfig
 
 QUICK = dict(mem_mb=32, gemv_dim=512, gemm_dim=128, repeats=2, threads=[1, 2],
-             sync_iters=200, cuda_copy_mb=16, storage_mb=32, storage_seconds=0.05)
+             sync_iters=200, cuda_copy_mb=16, storage_mb=32, storage_seconds=0.05,
+             kernel_dtypes=[])
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from powerbench.config import typed
 from powerbench.model.loading import LoadedModel, spec_from_hf_config
 from powerbench.predictor import ActivePredictor
-from powerbench.predictor.build import build_predictors, make_strategy
+from powerbench.predictor.cached_predictors import build_predictors, make_strategy
 from powerbench.predictor.config import ThresholdConfig
 from powerbench.predictor.gate_threshold import (
     GateThresholdSet,

@@ -29,7 +29,7 @@ def _compose(option: str, overrides: list[str] = ()):
 
 @pytest.mark.parametrize("option", ["fixed", "adaptive", "oracle", "none"])
 def test_every_predictor_yaml_composes_and_locates_its_strategy(option):
-    from powerbench.predictor.build import make_strategy
+    from powerbench.predictor.cached_predictors import make_strategy
 
     cfg = _compose(option)
     strategy = make_strategy(cfg)

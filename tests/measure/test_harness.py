@@ -1,0 +1,123 @@
+"""The measurement harness: rounds, reports, publishing, skip-if-finished."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+
+from powerbench.measure.harness import (
+    LoadWindow,
+    MachineFacts,
+    Report,
+    best_isa,
+    command_line,
+    interleaved,
+    metric_key,
+    rotation,
+    run_benchmark,
+)
+
+
+def test_rotation_moves_every_variant_through_every_slot():
+    names = ["a", "b", "c"]
+    orders = [rotation(names, r) for r in range(3)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert {o[0] for o in orders} == set(names)
+
+
+def test_interleaved_warms_up_then_alternates():
+    calls: list[str] = []
+
+    def variant(name):
+        def once():
+            calls.append(name)
+            return len(calls)
+        return once
+
+    results = interleaved({"x": variant("x"), "y": variant("y")}, rounds=3, warmup=1, log=None)
+    assert calls == ["x", "y", "x", "y", "y", "x", "x", "y"]
+    assert results == {"x": [3, 6, 7], "y": [4, 5, 8]}
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        interleaved({"x": variant("x")}, rounds=0)
+
+
+def test_best_isa_from_cpu_flags():
+    assert best_isa({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"}) == "avx512"
+    assert best_isa({"avx2", "fma", "f16c", "avx512f"}) == "avx2"
+    assert best_isa({"sse4_2"}) == "portable"
+
+
+def _report(**kw) -> Report:
+    rows = [{"engine": "dense", "predictor": "none", "tok_s": 10.0, "note": "x", "ok": True},
+            {"engine": "sparse cpu", "predictor": "oracle", "tok_s": 25.0, "note": "y",
+             "ok": False, "gap": math.nan}]
+    return Report(study="decode", name="probe", rows=rows, key=("engine", "predictor"), **kw)
+
+
+def test_metric_names_are_row_key_dot_column_and_skip_non_numbers():
+    metrics = _report().metric_dict()
+    assert metrics == {"dense.none.tok_s": 10.0, "sparse_cpu.oracle.tok_s": 25.0}
+    assert metric_key("a b/c+d") == "a_b_c_d"
+
+
+def test_report_writes_csv_json_and_table(tmp_path):
+    report = _report(title="probe table", notes=["synthetic"],
+                     machine=MachineFacts.probe(), command="powerbench bench-probe x=1")
+    files = report.write(tmp_path)
+    assert [p.name for p in files] == ["probe.csv", "probe.json", "probe.txt"]
+    assert list(pd.read_csv(files[0])["tok_s"]) == [10.0, 25.0]
+    meta = json.loads(files[1].read_text())
+    assert meta["machine"]["cpus"] >= 1 and meta["notes"] == ["synthetic"]
+    text = files[2].read_text()
+    assert "measured on this machine" in text and "sparse cpu" in text and "probe table" in text
+
+
+def test_load_window_records_time_and_load():
+    with LoadWindow() as window:
+        pass
+    assert window.started.endswith("UTC") and window.load_before >= 0 <= window.load_after
+    assert "load average" in window.line()
+
+
+def test_command_line_drops_machine_paths():
+    line = command_line(["bench-decode", "task.rounds=3", "hydra.run.dir=/tmp/x/y"])
+    assert line == "powerbench bench-decode task.rounds=3"
+    assert command_line(["task=bench_solver", "task.publish=true"]) == (
+        "powerbench bench-solver task.publish=true")
+
+
+@dataclass
+class _Cfg:
+    cache_dir: str
+    rerun: bool = False
+    tracking: object = None
+
+
+def test_run_benchmark_publishes_and_skips_a_finished_job(tmp_path, monkeypatch, capsys):
+    import powerbench.paths
+
+    monkeypatch.setattr(powerbench.paths, "results_dir", lambda: tmp_path / "results")
+    monkeypatch.setattr("powerbench.tracking.jobs.job_identity", lambda cfg: "job-probe")
+    measured = []
+
+    def measure():
+        measured.append(1)
+        return _report()
+
+    cfg = _Cfg(cache_dir=str(tmp_path / "cache"))
+    reports = run_benchmark(cfg, tmp_path / "run", measure, publish_results=True)
+    assert len(reports) == 1 and reports[0].load is not None and reports[0].machine is not None
+    study = tmp_path / "results" / "decode"
+    assert (study / "probe.csv").exists() and (study / "probe.md").exists()
+    assert "[probe](probe.md)" in (study / "README.md").read_text()
+    assert "[decode](decode/README.md)" in (tmp_path / "results" / "README.md").read_text()
+    assert "/run/" not in (study / "probe.md").read_text()  # no machine paths
+
+    assert run_benchmark(cfg, tmp_path / "run2", measure) == []
+    assert "skipped: this job finished before" in capsys.readouterr().out
+    run_benchmark(_Cfg(cache_dir=cfg.cache_dir, rerun=True), tmp_path / "run3", measure)
+    assert len(measured) == 2
