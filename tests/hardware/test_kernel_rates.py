@@ -81,3 +81,25 @@ def test_time_average_of_calibrations_averages_their_kernels():
     b = _with_kernels(_kernel("fp16", 1, 6 * GB, op_s=8e-6))
     k = time_average(a, b).cpu.kernels[0]
     assert np.isclose(k.stream_bw, 3 * GB) and np.isclose(k.op_s, 6e-6)
+
+
+def test_measured_kernels_are_sane_and_cached(tmp_path):
+    """The engines' kernels measured at toy shapes: positive rates per (dtype, threads),
+    kept in the cache (a second load measures nothing)."""
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.measure import local_kernels
+
+    cfg = LocalHardwareConfig(cache_file=str(tmp_path / "local.json"), storage=False,
+                              mem_mb=16, gemv_dim=256, gemm_dim=64, repeats=1, threads=[1],
+                              sync_iters=50, kernel_dtypes=["fp32", "fp16"], kernel_threads=[1],
+                              kernel_width=128, kernel_ffn=512, kernel_working_set_mb=4,
+                              kernel_prompt_rows=8, kernel_heads=2, kernel_head_dim=16,
+                              kernel_repeats=2)
+    hw = local_kernels.load_local(cfg)
+    assert {(k.dtype, k.threads) for k in hw.cpu.kernels} == {("fp32", 1), ("fp16", 1)}
+    for k in hw.cpu.kernels:
+        assert 1e7 < k.stream_bw < 1e13 and 1e6 < k.gemm_flops < 1e14
+        assert 1e-8 < k.op_s < 1e-2 and k.sparse_call_s >= 0
+    calls = []
+    again = local_kernels.load_measured(cfg, measure_kernels=lambda *a: calls.append(a) or ())
+    assert not calls and again.cpu.kernels == hw.cpu.kernels
