@@ -188,7 +188,7 @@ def validation_section(csv: Path, batches: int) -> str:
     frame = pd.read_csv(csv)
     keep = list(dict.fromkeys(frame["validation_batch"]))[-batches:]
     frame = frame[frame["validation_batch"].isin(keep)]
-    lines = ["## The `local` profile predicts `powerbench validate` (MEASURED here)", "",
+    lines = ["", "## The `local` profile predicts `powerbench validate` (MEASURED here)", "",
              "Rows of `validation_realsize.csv` (appended by `powerbench validate "
              "task.synthetic_model=opt_1_3b task.layers=8 task.rounds=3 task.dtype=<dtype> "
              "bench.threads=<n> task.out=results/calibration/validation_realsize.csv`; "
