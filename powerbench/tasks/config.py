@@ -233,7 +233,7 @@ class SensitivityTask:
         "hybrid_roundtrip_us": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
-    validation_batches: int = 4  # last real-size `validate` invocations shown on the page
+    validation_batches: int = 11  # last real-size `validate` invocations shown on the page
     page_only: bool = False  # redraw README.md from the CSVs (no simulation)
 
 
