@@ -12,6 +12,8 @@
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
     powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, the report
     powerbench reproduce --list                 the reproduction targets
+    powerbench constants                        docs/constants.md: every constant, source, range
+    powerbench sensitivity                      calibration rows and their ±20% sensitivity
     powerbench sync                             upload runs queued while the server was down
     powerbench mlflow-server                    a shared MLflow server on PostgreSQL
     powerbench ui [URI]                         the command that opens MLflow's dashboard
@@ -60,6 +62,8 @@ TASKS = {
     "mlflow-server": "a shared MLflow server on PostgreSQL",
     "ui": "the command that opens MLflow's dashboard, and the link to the runs",
     "docs": "regenerate docs/configuration.md and docs/metrics.md",
+    "constants": "regenerate docs/constants.md: every cost-model constant, its source, range",
+    "sensitivity": "the calibration rows and how each moves with every constant at ±20%",
 }
 # bare words after these tasks fill one option: `powerbench figure fig10 fig12`
 POSITIONAL = {"figure": "task.figures", "reproduce": "task.targets", "ui": "tracking.uri"}

@@ -72,7 +72,9 @@ class StaticHardwareConfig:
 class LocalHardwareConfig:
     """The running machine, measured by short microbenchmarks and cached as JSON."""
 
-    _target_: str = "powerbench.hardware.local.load_local"
+    # the measurement layer's loader: the generic microbenchmarks plus the engines' kernels
+    # (kernel_dtypes empty: only the generic ones, powerbench.hardware.local)
+    _target_: str = "powerbench.measure.local_kernels.load_local"
     name: str = "local"
     remeasure: bool = False  # ignore the cache and measure again
     cache_file: str | None = None  # default: <cache_dir>/hardware/local.json
@@ -90,6 +92,20 @@ class LocalHardwareConfig:
     storage_dir: str | None = None  # default: <cache_dir>/hardware
     storage_queue_depths: list[int] = field(default_factory=lambda: [1, 4, 16])
     storage_seconds: float = 0.2  # per (block size, queue depth) point
+    # the engines' own kernels (measured by the target, powerbench.measure.local_kernels;
+    # [] measures none): per weight dtype x thread count (None: 1 and all),
+    # at real-size shapes: [ffn, width] matrices streamed over `kernel_working_set_mb` (far
+    # beyond any last-level cache), a prompt of `kernel_prompt_rows` rows, attention over
+    # it with `kernel_heads` x `kernel_head_dim` (OPT-1.3B's shapes by default)
+    kernel_dtypes: list[str] = field(default_factory=lambda: ["fp32", "fp16"])
+    kernel_threads: list[int] | None = None
+    kernel_width: int = 2048
+    kernel_ffn: int = 8192
+    kernel_working_set_mb: int = 768
+    kernel_prompt_rows: int = 64
+    kernel_heads: int = 32
+    kernel_head_dim: int = 64
+    kernel_repeats: int = 9  # best of repeats (the undisturbed machine: measured once)
 
 
 SCHEMAS = {"static": StaticHardwareConfig, "local": LocalHardwareConfig}

@@ -54,6 +54,23 @@ class CoreCluster:
 
 
 @dataclass(frozen=True)
+class KernelRates:
+    """What the host's ENGINE kernels achieve at one weight dtype and thread count, measured
+    on `local` (powerbench.measure.local_kernels) at real-size shapes: the rates the cost
+    model charges a CPU engine of that dtype and thread count (the tier's bandwidth and the
+    unit's GEMM figure are generic microbenchmarks of other kernels)."""
+
+    dtype: str  # fp32 | fp16 | bf16
+    threads: int
+    stream_bw: float  # bytes/s: batch-1 products streaming a working set far beyond the LLC
+    gemm_flops: float  # FLOP/s: one layer's products for a prompt (rows x real widths)
+    attention_flops: float  # FLOP/s: causal attention scores over the prompt (4 h d pairs)
+    op_s: float  # seconds per operator issued from Python (dispatch, thread wake-up, barrier)
+    sparse_call_s: float  # fused sparse FFN call: fixed seconds beyond one operator
+    shape: dict[str, int] = field(default_factory=dict)  # the shapes measured
+
+
+@dataclass(frozen=True)
 class ComputeUnit:
     """A CPU, GPU or NPU and the memory tier it reads weights from."""
 
@@ -72,10 +89,22 @@ class ComputeUnit:
     effective_attention_flops: float | None = None
     effective_bw: float | None = None  # what this unit achieves from its tier (None: tier's)
     gemv_flops: dict[int, float] = field(default_factory=dict)  # threads -> measured FLOP/s
+    kernels: tuple[KernelRates, ...] = ()  # engine kernel rates by (dtype, threads), `local`
 
     @property
     def cores(self) -> int:
         return sum(c.cores for c in self.clusters)
+
+    def kernel(self, dtype: str, threads: int | None) -> KernelRates | None:
+        """Measured engine rates for `dtype` at the largest measured thread count <=
+        `threads` (None: the most threads measured); None if `dtype` was not measured."""
+        rates = [k for k in self.kernels if k.dtype == dtype]
+        if not rates:
+            return None
+        if threads is None:
+            return max(rates, key=lambda k: k.threads)
+        fit = [k for k in rates if k.threads <= threads]
+        return max(fit, key=lambda k: k.threads) if fit else min(rates, key=lambda k: k.threads)
 
     @property
     def threads(self) -> int:
@@ -208,7 +237,9 @@ class HardwareProfile:
             raw = dict(raw)
             clusters = tuple(CoreCluster(**c) for c in raw.pop("clusters", ()))
             gemv = {int(t): float(v) for t, v in raw.pop("gemv_flops", {}).items()}
-            units[key] = ComputeUnit(clusters=clusters, gemv_flops=gemv, **raw)
+            kernels = tuple(KernelRates(**k) for k in raw.pop("kernels", ()))
+            units[key] = ComputeUnit(clusters=clusters, gemv_flops=gemv, kernels=kernels,
+                                     **raw)
         link = data.pop("link", None)
         return cls(memories=memories, units=units,
                    link=Link(**link) if link is not None else None, **data)

@@ -4,6 +4,11 @@
 its checksum is intact and its machine fingerprint matches this machine; otherwise (or
 with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
 (a few seconds) and stores the result with the date and fingerprint.
+
+`measure_kernels` (given by the `local` schema's target,
+`powerbench.measure.local_kernels.load_local`): a function that measures the engines' own
+kernels per (dtype, threads) at real-size shapes (`ComputeUnit.kernels`); the measurement
+layer owns it because it runs engine code. A cached profile without them is re-measured.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import platform
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,11 +33,14 @@ from powerbench.hardware.hardware_profile import (
     ComputeUnit,
     CoreCluster,
     HardwareProfile,
+    KernelRates,
     Link,
     MemoryTier,
 )
 from powerbench.hardware.storage import measure_storage
 from powerbench.paths import cache_dir
+
+KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +76,10 @@ def _thread_counts(cfg: LocalHardwareConfig, ncpu: int) -> list[int]:
 
 
 # ---- measurement --------------------------------------------------------------------------
-def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
-    """Run the microbenchmarks now (no cache)."""
+def measure_local(cfg: LocalHardwareConfig | None = None,
+                  measure_kernels: KernelMeasure | None = None) -> HardwareProfile:
+    """Run the microbenchmarks now (no cache); `measure_kernels(cfg, cpus)`: the engine
+    kernels' rates too (see the module docstring)."""
     c = cfg if cfg is not None else LocalHardwareConfig()
     t0 = time.perf_counter()
     facts = machine_facts()
@@ -84,6 +95,7 @@ def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
     gemm = mb.gemm_flops(c.gemm_dim, threads=ncpu, repeats=c.repeats)
     thread_sync = mb.thread_sync_latency(c.sync_iters)
     dispatch = mb.op_dispatch_latency()
+    kernels = measure_kernels(c, ncpu) if measure_kernels is not None else ()
 
     memories = {"dram": MemoryTier(
         name="dram", kind="dram", capacity_bytes=total, reserved_bytes=max(total - available, 0),
@@ -92,7 +104,7 @@ def measure_local(cfg: LocalHardwareConfig | None = None) -> HardwareProfile:
     units = {"cpu": ComputeUnit(
         name="cpu", kind="cpu", model=facts["cpu_model"], memory="dram",
         clusters=(CoreCluster(name="all", cores=ncpu),), effective_flops=gemm,
-        gemv_flops=gemv,
+        gemv_flops=gemv, kernels=kernels,
     )}
     if c.storage:
         memories["flash"] = storage_tier(c)
@@ -147,8 +159,9 @@ def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
 
 
 def load_local(cfg: LocalHardwareConfig | None = None,
-               **_: Any) -> HardwareProfile:
-    """The `_target_` of conf/hardware/local.yaml: cached profile or a fresh measurement."""
+               measure_kernels: KernelMeasure | None = None, **_: Any) -> HardwareProfile:
+    """Cached profile or a fresh measurement (with the engine kernels when
+    `measure_kernels` is given: a cached profile without them is measured again)."""
     c = cfg if cfg is not None else LocalHardwareConfig()
     cache, key = _cache(c)
     current = fingerprint()
@@ -157,16 +170,19 @@ def load_local(cfg: LocalHardwareConfig | None = None,
             record = json.loads(cache.path(key).read_text())
             if record.get("fingerprint") == current:
                 profile = HardwareProfile.from_dict(record["profile"])
-                if not c.storage or "flash" in profile.memories:
+                kernels_ok = (measure_kernels is None or not c.kernel_dtypes
+                              or bool(profile.cpu.kernels))
+                if (not c.storage or "flash" in profile.memories) and kernels_ok:
                     log.info("hardware: local profile from %s (measured %s)", cache.path(key),
                              record.get("date"))
                     return profile
-                log.info("hardware: cached local profile has no storage tier; remeasuring")
+                log.info("hardware: cached local profile lacks the storage tier or the engine "
+                         "kernels; remeasuring")
             else:
                 log.info("hardware: cached local profile is for another machine; remeasuring")
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
-    profile = measure_local(c)
+    profile = measure_local(c, measure_kernels)
     record = {"date": profile.measured_at, "fingerprint": profile.fingerprint,
               "profile": profile.to_dict()}
     cache.store(key, lambda p: p.write_text(json.dumps(record, indent=1)),

@@ -11,9 +11,24 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from powerbench.hardware.hardware_profile import HardwareProfile
+from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
 from powerbench.measure.op_counts import OpCounter
 from powerbench.threads import torch_threads
+
+Timer = Callable[[Callable[[], object], int], float]
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Shortest wall time of `repeats` calls after one warm-up: what the machine achieves
+    undisturbed (the cached `local` profile's statistic: it is measured once and must not
+    carry the load of that moment)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -31,7 +46,7 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
                           threads: int | None = None, repeats: int = 31,
-                          rows: int | None = None) -> float:
+                          rows: int | None = None, timer: Timer = _median_time) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (one
     product each, like a model's weight matrices), computed by the decoder's own dense
     projection (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16
@@ -52,14 +67,15 @@ def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = to
         torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            t = _median_time(lambda: [linear(x, m, None) for m in mats], repeats)
+            t = timer(lambda: [linear(x, m, None) for m in mats], repeats)
     finally:
         torch.set_num_threads(before)
     return n * rows * dim * elem / t
 
 
 def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
-                      dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+                      dtype: torch.dtype = torch.float32, repeats: int = 31,
+                      timer: Timer = _median_time) -> float:
     """FLOP/s of one decoder layer's matrix products for a prompt of `rows` tokens: four
     [rows, d_model] x [d_model, d_model] (Q, K, V, O) and the FFN pair through d_ffn
     (the profile's test, one 512^3 GEMM, is far more efficient than these shapes)."""
@@ -74,23 +90,23 @@ def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
         F.linear(F.linear(x, w1), w2)
 
     with torch.inference_mode():
-        t = _median_time(layer, repeats)
+        t = timer(layer, repeats)
     return 2.0 * rows * (4 * d_model * d_model + 2 * d_model * d_ffn) / t
 
 
 def attention_flops(rows: int, n_heads: int, head_dim: int,
-                    dtype: torch.dtype = torch.float32, repeats: int = 31) -> float:
+                    dtype: torch.dtype = torch.float32, repeats: int = 31,
+                    timer: Timer = _median_time) -> float:
     """FLOP/s of causal scaled-dot-product attention over a prompt of `rows` tokens at the
     model's heads, counted as the cost model counts scores: 4 x heads x head_dim x
     (query, key) pairs (the profile's GEMM test says nothing about this kernel)."""
     q, k, v = (torch.randn(1, n_heads, rows, head_dim, dtype=dtype) for _ in range(3))
     with torch.inference_mode():
-        t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                         repeats)
+        t = timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), repeats)
     return 4.0 * n_heads * head_dim * rows * (rows + 1) / 2 / t
 
 
-def python_op_seconds(iters: int = 300) -> float:
+def python_op_seconds(iters: int = 300, timer: Timer = _median_time) -> float:
     """Seconds per operator of a toy pre-norm attention block (d_model 64, 4 heads, 8 cached
     tokens) issued from Python as the decoder issues it at decode: layer norm, one stacked
     Q/K/V product, then the fused decode-attention operator where the decoder has it
@@ -135,11 +151,11 @@ def python_op_seconds(iters: int = 300) -> float:
             for _ in range(iters):
                 block()
 
-        return _median_time(run, 7) / (iters * ops)
+        return timer(run, 7) / (iters * ops)
 
 
 def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
-                        iters: int = 2000) -> float:
+                        iters: int = 2000, timer: Timer = _median_time) -> float:
     """Seconds per call of the engine's fused predictor + sparse FFN operator at the model's
     shapes on an EMPTY active set with a rank-1 predictor: the operator's fixed cost (its
     dispatch, kernel set-up, output allocation), not its reads."""
@@ -157,7 +173,7 @@ def sparse_call_seconds(d_model: int, d_ffn: int, backend: str = "sparse_cpu",
             call(x)
 
     with torch.inference_mode():
-        return _median_time(run, 7) / iters
+        return timer(run, 7) / iters
 
 
 def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: int,
@@ -170,8 +186,9 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
     cost, and (with attention_shape = (prompt tokens, heads,
     head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
     engine's thread count (0: torch's default) (microbenchmarks only; see the module
-    docstring)."""
-    with torch_threads(threads):
+    docstring). They replace the profile's engine-kernel rates: one KernelRates entry for
+    this dtype and thread count, which the cost model then reads."""
+    with torch_threads(threads) as used:
         bw = working_set_bandwidth(working_set_bytes, dim, dtype, rows=d_ffn)
         op_s = python_op_seconds()
         flops = hardware.cpu.effective_flops
@@ -182,16 +199,25 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
         if gemm_rows and d_ffn:
             flops = shaped_gemm_flops(gemm_rows, dim, d_ffn, dtype)
             sparse_extra_s = max(sparse_call_seconds(dim, d_ffn) - op_s, 0.0)
+    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    kernel = KernelRates(dtype=name, threads=used, stream_bw=bw,
+                         gemm_flops=flops or 0.0, attention_flops=attention or flops or 0.0,
+                         op_s=op_s, sparse_call_s=sparse_extra_s,
+                         shape={"width": dim, "ffn": d_ffn or 0, "prompt_rows": gemm_rows or 0})
     cpu = replace(hardware.cpu, effective_bw=bw, effective_flops=flops,
-                  effective_attention_flops=attention)
+                  effective_attention_flops=attention, kernels=(kernel,))
     units = dict(hardware.units)
     units[hardware.host] = cpu
+    profile_kernel = hardware.cpu.kernel(name, used)
     meta = {"calibrated_bw_gb_s": bw / 1e9, "calibrated_op_us": op_s * 1e6,
             "calibrated_sparse_call_us": sparse_extra_s * 1e6,
             "calibrated_gflops": (flops or 0.0) / 1e9,
             "calibrated_attention_gflops": (attention or 0.0) / 1e9,
-            "profile_bw_gb_s": hardware.cpu_bw / 1e9, "profile_op_us": hardware.launch_s * 1e6,
-            "profile_gflops": (hardware.cpu.effective_flops or 0.0) / 1e9}
+            "profile_bw_gb_s": (profile_kernel.stream_bw if profile_kernel
+                                else hardware.cpu_bw) / 1e9,
+            "profile_op_us": (profile_kernel.op_s if profile_kernel else hardware.launch_s) * 1e6,
+            "profile_gflops": (profile_kernel.gemm_flops if profile_kernel
+                               else hardware.cpu.effective_flops or 0.0) / 1e9}
     return replace(hardware, units=units, launch_s=op_s,
                    meta={**hardware.meta, "calibration": meta}), meta
 
@@ -205,9 +231,17 @@ def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], 
         values = [get(p) for p in profiles]
         return None if not all(values) else rate(values)  # type: ignore[arg-type]
 
+    kernels = a.cpu.kernels
+    if all(len(p.cpu.kernels) == 1 for p in profiles):  # calibrations: one entry each
+        ks = [p.cpu.kernels[0] for p in profiles]
+        kernels = (replace(ks[0], **{f: rate([getattr(k, f) for k in ks]) for f in
+                                     ("stream_bw", "gemm_flops", "attention_flops")},
+                           op_s=cost([k.op_s for k in ks]),
+                           sparse_call_s=cost([k.sparse_call_s for k in ks])),)
     cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
                   effective_flops=rates(lambda p: p.cpu.effective_flops),
-                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops))
+                  effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops),
+                  kernels=kernels)
     meta = dict(a.meta)
     calls = [p.meta.get("calibration", {}).get("calibrated_sparse_call_us") for p in profiles]
     if all(c is not None for c in calls):

@@ -54,14 +54,16 @@ BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
 
 def twin_config(dense: bool, ops: OpCounts, dtype: str, sparse_call_us: float | None = None,
-                dense_prompt_rows: int = 0) -> SimulatorConfig:
+                dense_prompt_rows: int = 0, threads: int = 0) -> SimulatorConfig:
     """The cost model's description of one of our CPU engines (a sparse engine that runs
-    batches of at least `dense_prompt_rows` rows densely gets PrefillMode.dense)."""
+    batches of at least `dense_prompt_rows` rows densely gets PrefillMode.dense) on
+    `threads` threads (0: torch's default, every core): the profile's kernel rates of that
+    dtype and thread count are charged."""
     prefill = (PrefillConfig(mode=PrefillMode.dense, gpu_min_tokens=dense_prompt_rows)
                if dense_prompt_rows > 0 and not dense else PrefillConfig(mode=PrefillMode.hybrid))
     return SimulatorConfig(
         mode=ComputeMode.dense if dense else ComputeMode.sparse,
-        cpu_sparse_call_us=sparse_call_us,
+        cpu_sparse_call_us=sparse_call_us, cpu_threads=threads or None,
         kv_bytes_per_value=BYTES.get(dtype, 4.0), activation_bytes=BYTES.get(dtype, 4.0),
         cpu_ops=ops, gpu_ops=ops, prefill=prefill)
 
@@ -180,7 +182,7 @@ def validate_engine(engine_cfg: EngineConfig, loaded: Any, prompts: Sequence[str
     def sim_metrics(hw: HardwareProfile) -> dict[str, float]:
         calibration = hw.meta.get("calibration", {})
         twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
-                           dense_rows)
+                           dense_rows, bench.threads)
         return simulate(twin, loaded.spec, profile, placement, hw,
                         predictors=None if dense else predictors, bench=bench).metrics
 
@@ -268,7 +270,7 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
         dense, ops, dtype, dense_rows = twins[name]
         calibration = hw.meta.get("calibration", {})
         twin = twin_config(dense, ops, dtype, calibration.get("calibrated_sparse_call_us"),
-                           dense_rows)
+                           dense_rows, bench.threads)
         return simulate(twin, spec, profile, placement, hw,
                         predictors=None if dense else predictors.get(name), bench=bench).metrics
 

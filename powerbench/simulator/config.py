@@ -133,13 +133,24 @@ class SimulatorConfig:
     cpu_op_us: float | None = None
     # Fixed cost of one neuron-aware sparse FFN call on the CPU BEYOND one operator dispatch
     # (its kernels' setup, the active-set pass, output allocation), microseconds, paid once
-    # per layer in sparse mode. None: 0. Validation on `local` measures it (the fused
+    # per layer in sparse mode. None: the profile's measured engine kernel (`local`), else
+    # 0. Validation on `local` measures it (the fused
     # operator on an empty active set at the model's shapes, minus one dispatch).
     cpu_sparse_call_us: float | None = None
-    # The serving engine's own host time per forward pass (scheduler, sampling, Python),
-    # microseconds, added to every decode step and to the prompt pass. None: 0. Set per
-    # system (conf/experiment/system/vllm.yaml) from a public measurement of that engine.
-    engine_step_us: float | None = None
+    # The serving engine's own host time per forward pass that does NOT overlap the
+    # device's work (Python scheduling, input preparation, per-layer launches issued from
+    # Python, sampling): `host_layer_us` per layer plus `host_pass_us` per pass. 0 for the
+    # C++ engines (llama.cpp, PowerInfer: their launch overhead is inside the published
+    # batch-1 rates the efficiency factors come from); conf/simulator/vllm.yaml sets
+    # vLLM's (late 2023, no CUDA graphs) from its public batch-1 results.
+    host_layer_us: float = 0.0
+    host_pass_us: float = 0.0
+    # Fixed cost of one GPU -> CPU -> GPU round trip of a hybrid layer (its FFN on both
+    # devices): the layer input copied to the host and synchronised, the CPU's worker
+    # threads woken for its few operators, the partial sum copied back. None: one
+    # `sync_s` of the profile. It sits on the other device's branch of the layer (the GPU
+    # computes its own neurons meanwhile). conf/simulator/cost_model.yaml sources it.
+    hybrid_roundtrip_us: float | None = None
     gpu_ops: OpCounts = field(default_factory=OpCounts)
     cpu_ops: OpCounts = field(default_factory=OpCounts)
     prefill: PrefillConfig = field(default_factory=PrefillConfig)

@@ -14,7 +14,9 @@ stream is merged there):
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
                (the other device needs the layer input and the predicted mask, and sends its
                partial sum back: ONE synchronisation plus the activation transfer; the
-               transfers sit on the other device's branch). A layer whose FFN lives only on
+               transfers sit on the other device's branch, with the round trip's fixed cost
+               beyond that synchronisation: cfg.hybrid_roundtrip_us - T_sync, the worker
+               threads' wake-up and the copies' own synchronisations). A layer whose FFN lives only on
                the other device pays the same, without anything to overlap. On unified
                memory both units read one DRAM: t_ffn >= (all FFN bytes) / its bandwidth.
     transition if layer l + 1 (or the output projection) lives elsewhere: T_sync + x over
@@ -118,7 +120,8 @@ class CostModel:
         n = spec.n_layers
         pred = np.zeros(n) if predictor_bytes is None else np.asarray(predictor_bytes, float)
         self.predictor_bytes = np.broadcast_to(pred, (n,)).astype(np.float64)
-        self.dev: dict[str, DeviceRates] = {CPU: cpu_rates(hardware, cfg)}
+        self.dev: dict[str, DeviceRates] = {
+            CPU: cpu_rates(hardware, cfg, str(placement.weight_dtype))}
         gpu = gpu_rates(hardware)
         if gpu is not None:
             self.dev[GPU] = gpu
@@ -130,6 +133,10 @@ class CostModel:
         self.ops: dict[str, OpCounts] = {CPU: cfg.cpu_ops, GPU: cfg.gpu_ops}
         self.int4 = str(placement.weight_dtype) == "int4"
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
+        # a hybrid layer's round trip beyond the one synchronisation charged as `sync`
+        self.roundtrip_extra_s = 0.0
+        if cfg.hybrid_roundtrip_us is not None and self.link is not None:
+            self.roundtrip_extra_s = max(cfg.hybrid_roundtrip_us * 1e-6 - self.link.sync_s, 0.0)
         self.cpu_counts = placement.neurons_per_layer - self.gpu_counts
         self._check_devices()
 
@@ -185,8 +192,9 @@ class CostModel:
         flops = 2.0 * self.spec.params_per_neuron * token_neurons
         nbytes = neurons * self.neuron_bytes / self.efficiency(dev, self.sparse)
         t = self.dev[dev].time(nbytes, flops, ops)
-        if self.sparse and dev == CPU and self.cfg.cpu_sparse_call_us:
-            t = t + self.cfg.cpu_sparse_call_us * 1e-6
+        if self.sparse and dev == CPU:
+            call_us = self.cfg.cpu_sparse_call_us
+            t = t + (call_us * 1e-6 if call_us is not None else self.dev[CPU].sparse_call_s)
         return t
 
     def lm_head(self, shape: PassShape) -> tuple[str, float]:
@@ -194,6 +202,12 @@ class CostModel:
         flops = 2.0 * self.spec.vocab_size * self.spec.d_model * shape.out_rows
         return dev, float(self.dev[dev].time(self.lm_head_bytes / self.efficiency(dev), flops,
                                              self.ops[dev].lm_head))
+
+    def host_overhead(self, n_pass: int) -> np.ndarray:
+        """The serving engine's non-overlapped host time per pass (cfg.host_layer_us per
+        layer + cfg.host_pass_us)."""
+        us = self.cfg.host_layer_us * self.spec.n_layers + self.cfg.host_pass_us
+        return np.full(n_pass, us * 1e-6)
 
     # ---- one decode-style pass --------------------------------------------------------------
     def forward(self, work: FFNWork, shape: PassShape) -> PassCosts:
@@ -232,6 +246,7 @@ class CostModel:
         token[f"lm_head@{dev}"] = np.full(n_pass, t)
         token["logits_out"] = np.full(n_pass, float(
             self.switch(dev, CPU, self.spec.vocab_size * shape.out_rows * LOGIT_BYTES)))
+        token["host_overhead"] = self.host_overhead(n_pass)
         return PassCosts(layer=layer, token=token, busy=busy, cpu_bound=cpu_bound,
                          bytes_read=read)
 
@@ -259,14 +274,15 @@ class CostModel:
             if self.sparse else 0.0
         to_other = self.link.transfer(self.x_bytes * rows + mask_bytes, other)
         back = self.link.transfer(self.x_bytes * rows, home)
-        t_other = to_other + times[other] + back
-        busy["ffn_link"][:, i] = to_other + back
+        t_other = to_other + times[other] + back + self.roundtrip_extra_s
+        busy["ffn_link"][:, i] = to_other + back + self.roundtrip_extra_s
         ffn = np.maximum(t_home, t_other)
         if self.shared_bw is not None:  # one DRAM feeds both units: bytes share its bandwidth
             both = (computed[GPU] + computed[CPU]) * self.neuron_bytes / self.shared_bw
             ffn = np.maximum(ffn, both)
         layer["ffn"][:, i] = ffn
         layer["sync"][:, i] = self.link.sync_s
-        cpu_branch = times.get(CPU, 0.0) + (to_other + back if other == CPU else 0.0)
-        gpu_branch = times.get(GPU, 0.0) + (to_other + back if other == GPU else 0.0)
+        trip = to_other + back + self.roundtrip_extra_s
+        cpu_branch = times.get(CPU, 0.0) + (trip if other == CPU else 0.0)
+        gpu_branch = times.get(GPU, 0.0) + (trip if other == GPU else 0.0)
         cpu_bound[:, i] = cpu_branch > gpu_branch

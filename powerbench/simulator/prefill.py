@@ -78,4 +78,5 @@ def stream_prefill(model: CostModel, work: FFNWork, shape: PassShape) -> PassCos
     token[f"lm_head@{dev}"] = np.full(n_pass, t)
     token["logits_out"] = np.full(n_pass, float(
         model.switch(dev, CPU, spec.vocab_size * shape.out_rows * LOGIT_BYTES)))
+    token["host_overhead"] = model.host_overhead(n_pass)
     return PassCosts(layer=layer, token=token, bytes_read=read)

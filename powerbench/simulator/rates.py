@@ -37,6 +37,7 @@ class DeviceRates:
     op_s: float  # seconds per kernel launch (gpu) / per operator (cpu)
     overlapped_ops: bool  # True: launches overlap execution (max); False: they add
     attention_flops: float | None = None  # attention-score FLOP/s (None: `flops`)
+    sparse_call_s: float = 0.0  # fixed cost of one sparse FFN call beyond one operator
 
     def score_flops_equivalent(self, score_flops: np.ndarray | float) -> np.ndarray:
         """Attention-score FLOPs expressed at this device's GEMM rate (so one roofline
@@ -89,11 +90,19 @@ def cpu_op_seconds(hw: HardwareProfile, cfg: SimulatorConfig) -> float:
     return hw.thread_sync_s if hw.thread_sync_s is not None else DEFAULT_CPU_OP_S
 
 
-def cpu_rates(hw: HardwareProfile, cfg: SimulatorConfig) -> DeviceRates:
-    """The host. `cfg.cpu_threads` below the core count scales FLOP/s by threads / cores
-    and, where GEMV rates were measured per thread count (`local`), the bandwidth by the
-    measured GEMV ratio (else the tier bandwidth stays: a few cores saturate DRAM)."""
+def cpu_rates(hw: HardwareProfile, cfg: SimulatorConfig,
+              dtype: str | None = None) -> DeviceRates:
+    """The host. Where the profile measured the engines' own kernels for this weight
+    `dtype` (`local`: ComputeUnit.kernels), their rates at `cfg.cpu_threads` (None: the
+    most threads measured). Else `cfg.cpu_threads` below the core count scales FLOP/s by
+    threads / cores and, where GEMV rates were measured per thread count, the bandwidth by
+    the measured GEMV ratio (else the tier bandwidth stays: a few cores saturate DRAM)."""
     unit = hw.cpu
+    kernel = unit.kernel(dtype, cfg.cpu_threads) if dtype else None
+    if kernel is not None:
+        op_s = cfg.cpu_op_us * 1e-6 if cfg.cpu_op_us is not None else kernel.op_s
+        return DeviceRates(CPU, kernel.stream_bw, kernel.gemm_flops, op_s, False,
+                           kernel.attention_flops, kernel.sparse_call_s)
     bw = hw.bandwidth(unit)
     cores = max(unit.threads or unit.cores, 1)
     threads = cfg.cpu_threads

@@ -167,7 +167,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     predictors: a PredictorSet / oracle (their sizes and predicted/true ratios) or None.
     work_cache: a dict kept across calls that differ ONLY in `cfg.efficiency`: the FFN work
         (which neurons each pass reads and computes, most of a call's time) does not depend
-        on it, so it is computed once and re-costed (experiments/fit_efficiency.py).
+        on it, so it is computed once and re-costed (powerbench.tasks.calibration_set: `powerbench sensitivity`).
     """
     cfg = cfg if cfg is not None else SimulatorConfig()
     hw = load_hardware(hardware)
@@ -194,8 +194,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
                                                                                   shape)
-    engine_s = (cfg.engine_step_us or 0.0) * 1e-6  # the serving engine's per-pass cost
-    prefill_s = float(pre.total.sum()) + engine_s
+    prefill_s = float(pre.total.sum())
 
     # decode: N - 1 steps of B rows
     n_steps = new - 1
@@ -217,7 +216,7 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))
-        step_s = dec.total + engine_s
+        step_s = dec.total
         decode_s = float(step_s.sum())
         frames.append(breakdown_frame("decode", dec))
         if cfg.breakdown_per_layer:

@@ -51,7 +51,7 @@ class ValidateTask:
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
-    out: str | None = None  # CSV appended to (None: results/validation_realsize.csv)
+    out: str | None = None  # CSV appended to (None: results/calibration/validation_realsize.csv)
 
 
 @dataclass
@@ -250,6 +250,34 @@ class HybridLocalTask:
 
 
 @dataclass
+class ConstantsTask:
+    """docs/constants.md from the constants registry (powerbench.simulator.constants)."""
+
+    _target_: str = "powerbench.tasks.constants.constants"
+    name: str = "constants"
+    out: str | None = None  # None: docs/constants.md of the checkout
+
+
+@dataclass
+class SensitivityTask:
+    """Calibration rows (sourced constants vs the previous fitted factors) and each row's
+    change when each constant moves by `step` (results/calibration/)."""
+
+    _target_: str = "powerbench.tasks.sensitivity.sensitivity"
+    name: str = "sensitivity"
+    step: float = 0.2
+    out_dir: str | None = None  # None: results/calibration
+    # the constants before they were sourced (the before/after table)
+    previous: dict[str, float] = field(default_factory=lambda: {
+        "gpu_dense": 0.4, "gpu_sparse": 0.2, "int4": 0.5, "host_layer_us": 0.0,
+        "hybrid_roundtrip_us": 0.0})
+    # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
+    missing: dict[str, str] = field(default_factory=dict)
+    validation_batches: int = 11  # last real-size `validate` invocations shown on the page
+    page_only: bool = False  # redraw README.md from the CSVs (no simulation)
+
+
+@dataclass
 class SyncTask:
     """Upload the runs queued while the tracking server was unreachable."""
 
@@ -294,4 +322,5 @@ SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_de
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
-           "ui": UiTask, "docs": DocsTask}
+           "ui": UiTask, "docs": DocsTask, "constants": ConstantsTask,
+           "sensitivity": SensitivityTask}

@@ -11,7 +11,7 @@ statistics; `TraceReplay`, an oracle that costs nothing). The twin gets the same
 exact, free oracle. Measured in interleaved rounds with calibrations of the local CPU rates
 at this model's working set and shapes before, between and after them
 (`powerbench.measure.twin.validate_decoders`); the decode error is against each engine's
-median over the rounds. Rows are APPENDED to results/validation_realsize.csv (one
+median over the rounds. Rows are APPENDED to results/calibration/validation_realsize.csv (one
 `validation_batch` per invocation) and one MLflow run per (engine, hardware variant) is
 logged to experiment `validation_realsize` (never to validation_local's figure).
 """
@@ -137,7 +137,7 @@ def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> list[Engine
              "measure_s": measure_s, **load}
     for i, (key, value) in enumerate(extra.items()):
         table.insert(i, key, value)
-    out = Path(task.out) if task.out else results_dir() / f"{EXPERIMENT}.csv"
+    out = Path(task.out) if task.out else results_dir() / "calibration" / f"{EXPERIMENT}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # one file for every run: the 3-runs-out-of-3 check reads them all
         table = pd.concat([pd.read_csv(out), table], ignore_index=True)

@@ -15,7 +15,8 @@ from powerbench.hardware import microbench as mb
 from powerbench.hardware.config import LocalHardwareConfig
 
 QUICK = dict(mem_mb=32, gemv_dim=512, gemm_dim=128, repeats=2, threads=[1, 2],
-             sync_iters=200, cuda_copy_mb=16, storage_mb=32, storage_seconds=0.05)
+             sync_iters=200, cuda_copy_mb=16, storage_mb=32, storage_seconds=0.05,
+             kernel_dtypes=[])
 
 
 @pytest.fixture
@@ -66,9 +67,9 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
     calls = []
     real = local_mod.measure_local
 
-    def counting(c):
+    def counting(c, kernels=None):
         calls.append(1)
-        return real(c)
+        return real(c, kernels)
 
     monkeypatch.setattr(local_mod, "measure_local", counting)
     load_hardware(dataclasses.replace(cfg, remeasure=True))

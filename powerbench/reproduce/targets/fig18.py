@@ -2,8 +2,8 @@
 OPT-30B and Falcon(ReLU)-40B, FP16, inputs 1 and 64 (SIMULATED).
 
 Systems (conf/experiment/system): powerinfer_pc_high, llamacpp_pc_high, vllm (the whole
-model in the A100's memory, dense, plus vLLM's own per-step host cost where the config
-gives one: simulator.engine_step_us). Sweep: conf/experiment/fig18_a100.yaml.
+model in the A100's memory, dense, with simulator=vllm: vLLM's own host time per layer).
+Sweep: conf/experiment/fig18_a100.yaml.
 """
 
 from __future__ import annotations

@@ -1,0 +1,85 @@
+"""The `local` profile's engine-kernel rates: what our CPU engines' own kernels achieve on
+this machine per weight dtype and thread count, at real-size shapes.
+
+The generic microbenchmarks of `powerbench.hardware.microbench` measure other kernels
+(a 256 MB fp32 `torch.sum` on every core, a 512^3 fp32 GEMM, a bare `torch.add`): a
+1-thread fp16 decoder reads its weights at a fraction of that bandwidth and runs its
+prompt far below that GEMM rate. Here, for each (dtype, threads) of the config:
+
+    stream_bw        the decoder's dense projection (`powerbench.engine.linear`) on
+                     batch-1 rows, streaming [ffn, width] matrices over a working set far
+                     beyond the last-level cache (one product per matrix, as a layer's)
+    gemm_flops       one layer's products for a prompt of `kernel_prompt_rows` rows
+    attention_flops  causal attention over that prompt at `kernel_heads` x `kernel_head_dim`
+    op_s             per operator of a decode attention block issued from Python (dispatch,
+                     the thread team's wake-up and barrier: measured at this thread count)
+    sparse_call_s    the fused sparse FFN operator's fixed cost beyond one operator
+
+(the same microbenchmarks validation's in-run calibration uses, at the profile's fixed
+shapes; powerbench.measure.calibration), each the BEST of `kernel_repeats` timings: the
+profile is measured once and must describe the machine undisturbed, not the load of that
+moment (the in-run calibration takes medians, like the engines, beside them). The cost model picks the entry of the placed
+weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_rates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from powerbench.hardware.config import LocalHardwareConfig
+from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
+from powerbench.hardware.local import load_local as load_measured
+from powerbench.measure.calibration import (
+    attention_flops,
+    best_time,
+    python_op_seconds,
+    shaped_gemm_flops,
+    sparse_call_seconds,
+    working_set_bandwidth,
+)
+from powerbench.threads import torch_threads
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def kernel_threads(cfg: LocalHardwareConfig, cpus: int) -> list[int]:
+    """Thread counts measured: the config's, else 1 and every usable core."""
+    if cfg.kernel_threads:
+        return sorted({max(1, int(t)) for t in cfg.kernel_threads})
+    return sorted({1, max(cpus, 1)})
+
+
+def measure_kernel(cfg: LocalHardwareConfig, dtype: str, threads: int) -> KernelRates:
+    """One (dtype, threads) entry (see the module docstring)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"hardware.kernel_dtypes: {dtype!r} is not one of {sorted(DTYPES)}")
+    tdtype, width, ffn = DTYPES[dtype], cfg.kernel_width, cfg.kernel_ffn
+    rows, heads, head_dim = cfg.kernel_prompt_rows, cfg.kernel_heads, cfg.kernel_head_dim
+    repeats = max(cfg.kernel_repeats, 1)
+    with torch_threads(threads):
+        bw = working_set_bandwidth(cfg.kernel_working_set_mb * 1e6, width, tdtype,
+                                   threads=threads, repeats=repeats, rows=ffn, timer=best_time)
+        op_s = python_op_seconds(timer=best_time)
+        gemm = shaped_gemm_flops(rows, width, ffn, tdtype, repeats=repeats, timer=best_time)
+        attention = attention_flops(rows, heads, head_dim, tdtype, repeats=repeats,
+                                    timer=best_time)
+        call_s = max(sparse_call_seconds(width, ffn, iters=500, timer=best_time) - op_s, 0.0)
+    return KernelRates(dtype=dtype, threads=threads, stream_bw=bw, gemm_flops=gemm,
+                       attention_flops=attention, op_s=op_s, sparse_call_s=call_s,
+                       shape={"width": width, "ffn": ffn, "prompt_rows": rows,
+                              "heads": heads, "head_dim": head_dim,
+                              "working_set_mb": cfg.kernel_working_set_mb})
+
+
+def measure_kernels(cfg: LocalHardwareConfig, cpus: int) -> tuple[KernelRates, ...]:
+    """Every (dtype, threads) entry of the config."""
+    return tuple(measure_kernel(cfg, dtype, t) for dtype in cfg.kernel_dtypes
+                 for t in kernel_threads(cfg, cpus))
+
+
+def load_local(cfg: LocalHardwareConfig | None = None, **_: Any) -> HardwareProfile:
+    """The `_target_` of conf/hardware/local.yaml: the cached `local` profile with the
+    engine kernels' rates (measured now if the cache lacks them)."""
+    return load_measured(cfg, measure_kernels=measure_kernels)

@@ -1,0 +1,86 @@
+"""The cost model's engine mechanisms on hand-computed one-layer cases: a hybrid layer's
+GPU -> CPU -> GPU round trip and a serving engine's host time per layer (vLLM)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from powerbench.simulator.config import ComputeMode
+from powerbench.simulator.cost import CostModel, PassShape
+from powerbench.simulator.workload import ffn_work, token_groups
+from powerbench.solver.placement import GPU
+
+from .factories import (
+    GB,
+    make_hardware,
+    make_placement,
+    make_profile,
+    make_spec,
+    zero_overhead_config,
+)
+
+NEURON_B = 2 * 64 * 2  # toy spec, fp16: 256 bytes per neuron
+X_B = 64 * 2
+
+
+def _hybrid_layer(roundtrip_us=None, gpu_active=10, cpu_active=40, mode=ComputeMode.sparse,
+                  **cfg):
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    mask = np.zeros((1, 256), dtype=bool)
+    mask[0, :gpu_active] = True
+    mask[0, 128:128 + cpu_active] = True
+    profile = make_profile(spec, [mask])
+    config = zero_overhead_config(mode=mode, hybrid_roundtrip_us=roundtrip_us, **cfg)
+    model = CostModel(spec, placement, make_hardware(sync_s=10e-6), config,
+                      predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, mode, token_groups(1, 1, 1), rows=1)
+    return model.forward(work, PassShape.decode(np.array([10]), 1))
+
+
+def test_roundtrip_sits_on_the_cpu_branch_beyond_one_sync():
+    """276 us round trip, 10 us sync: the CPU branch pays 266 us more, the sync stays."""
+    base = _hybrid_layer()
+    trip = _hybrid_layer(roundtrip_us=276.0)
+    cpu_branch = (X_B + 128) / 1e9 + 40 * NEURON_B / 10e9 + X_B / 1e9
+    assert base.layer["ffn"][0, 0] == pytest.approx(cpu_branch)
+    assert trip.layer["ffn"][0, 0] == pytest.approx(cpu_branch + 266e-6)
+    assert trip.layer["sync"][0, 0] == pytest.approx(10e-6)
+    assert trip.total[0] - base.total[0] == pytest.approx(266e-6)
+
+
+def test_roundtrip_hidden_when_the_gpu_branch_is_longer():
+    """A GPU branch of 1000 neurons' worth at 0.1 GB/s outlasts the CPU branch + trip."""
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    mask = np.zeros((1, 256), dtype=bool)
+    mask[0, :128] = True
+    mask[0, 128:130] = True
+    hw = make_hardware(gpu_bw=0.01 * GB, sync_s=10e-6)
+    model = CostModel(spec, placement, hw, zero_overhead_config(hybrid_roundtrip_us=100.0),
+                      predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, placement=placement, profile=make_profile(spec, [mask]),
+                    mode=ComputeMode.sparse, groups=token_groups(1, 1, 1), rows=1)
+    costs = model.forward(work, PassShape.decode(np.array([10]), 1))
+    gpu_ffn = 128 * NEURON_B / 0.01e9  # 3.3 ms
+    assert costs.layer["ffn"][0, 0] == pytest.approx(gpu_ffn)
+
+
+def test_no_roundtrip_for_a_layer_on_one_device():
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(256)], attn=GPU)
+    profile = make_profile(spec, [np.ones((1, 256), dtype=bool)])
+    model = CostModel(spec, placement, make_hardware(),
+                      zero_overhead_config(hybrid_roundtrip_us=276.0), predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), 1)
+    costs = model.forward(work, PassShape.decode(np.array([10]), 1))
+    assert costs.layer["ffn"][0, 0] == pytest.approx(256 * NEURON_B / 100e9)
+
+
+def test_host_time_per_layer_adds_to_every_pass():
+    """vLLM-style host time: 200 us x 1 layer + 50 us per pass, not overlapped."""
+    base = _hybrid_layer(mode=ComputeMode.dense)
+    host = _hybrid_layer(mode=ComputeMode.dense, host_layer_us=200.0, host_pass_us=50.0)
+    assert host.token["host_overhead"][0] == pytest.approx(250e-6)
+    assert host.total[0] - base.total[0] == pytest.approx(250e-6)
