@@ -113,7 +113,7 @@ def validation_local(tracking_uri: str | None = None, out_dir: str | Path | None
     if table.empty:
         raise LookupError(f"no validation runs in MLflow experiment {NAME!r}; run: "
                           "powerbench validate")
-    out = Path(out_dir) if out_dir is not None else results_dir()
+    out = Path(out_dir) if out_dir is not None else results_dir() / "calibration"
     csv = out / f"{NAME}.csv"
     csv.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False, float_format="%.6g")
