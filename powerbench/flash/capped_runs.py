@@ -215,9 +215,13 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
     """See the module docstring."""
     import torch
 
-    from powerbench.engine.llamacpp import LlamaCppProcess
+    from powerbench.engine.llamacpp import LlamaCppProcess, llamacpp_available
     from powerbench.flash.page_cache import drop_page_cache
 
+    if exp.llamacpp and not llamacpp_available():  # before writing any file
+        raise RuntimeError("the llama.cpp peer needs llama-cpp-python, which is not installed: "
+                           "run `make llamacpp` once (it compiles llama.cpp), or set "
+                           "task.llamacpp=false to measure engine=flash alone")
     t_start, started = time.perf_counter(), _utc()
     from powerbench.flash.resident import memory_available
 

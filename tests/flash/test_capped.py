@@ -213,3 +213,11 @@ def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
         from powerbench.tasks.bench_flash import bench_flash
 
         bench_flash(BenchFlashTask(mode="nope"), SimpleNamespace(), tmp_path)
+
+
+def test_a_missing_llamacpp_peer_stops_the_run_before_writing(spec, tmp_path, monkeypatch):
+    monkeypatch.setattr("powerbench.engine.llamacpp.llamacpp_available", lambda: False)
+    exp = _experiment(spec, tmp_path, llamacpp=True)
+    with pytest.raises(RuntimeError, match="make llamacpp"):
+        run_capped(exp)
+    assert not (tmp_path / "big").exists() or not any((tmp_path / "big").iterdir())
