@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "powerbench"
 
-FOUNDATION = ("schema", "paths", "cache", "hub", "threads", "build", "config", "progress")
+FOUNDATION = ("schema_helpers", "paths", "cache", "hub", "threads", "build", "config", "progress")
 LAYERS: tuple[tuple[str, ...], ...] = (
     FOUNDATION,
     ("ops",),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema import MISSING, ConfigRangeError, check_range
+from powerbench.schema_helpers import MISSING, ConfigRangeError, check_range
 
 
 @dataclass
@@ -22,7 +22,7 @@ class ProfilingConfig:
         check_range("profiling.seq_len", self.seq_len, 2)
         check_range("profiling.max_tokens", self.max_tokens, self.seq_len)
         check_range("profiling.samples_per_layer", self.samples_per_layer, 1)
-        check_range("profiling.trace_tokens", self.trace_tokens, 1)
+        check_range("profiling.trace_tokens", self.trace_tokens, 0)  # 0: no per-token trace
         check_range("profiling.batch_size", self.batch_size, 1)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from powerbench.schema import MISSING
+from powerbench.schema_helpers import MISSING
 
 DEFAULT_HELDOUT_FRACTION = 0.1
 DEFAULT_SPLIT_SEED = 0

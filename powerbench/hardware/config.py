@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from powerbench.schema import MISSING
+from powerbench.schema_helpers import MISSING
 
 
 @dataclass

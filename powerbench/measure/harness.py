@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from powerbench.hardware.facts import cpu_model, meminfo, usable_cpus
+from powerbench.progress import Progress
 
 T = TypeVar("T")
 
@@ -140,14 +141,12 @@ def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: in
         for _ in range(warmup):
             variants[name]()
     results: dict[str, list[T]] = {name: [] for name in names}
-    start = time.perf_counter()
+    progress = Progress("rounds", rounds, first_s=0.0, every_s=0.0, emit=log) if log else None
     for r in range(rounds):
         for name in rotation(names, r):
             results[name].append(variants[name]())
-        if log is not None:
-            elapsed = time.perf_counter() - start
-            left = elapsed / (r + 1) * (rounds - r - 1)
-            log(f"round {r + 1}/{rounds} done, {elapsed:.0f} s so far, about {left:.0f} s left")
+        if progress is not None:
+            progress.step()
     return results
 
 

@@ -258,6 +258,7 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
     `predictors[name]` is what its twin is told about its predictor (None: dense)."""
     from powerbench.engine.timing import summarize
     from powerbench.measure.harness import rotation
+    from powerbench.progress import Progress
     from powerbench.simulator.simulate import simulate
 
     predictors = predictors or {}
@@ -287,6 +288,7 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
             for _ in range(bench.warmup):
                 timed_generation(decoders[name], ids, new)
     sample()
+    progress = Progress(f"validate rounds ({', '.join(names)})", max(rounds, 1))
     for r in range(max(rounds, 1)):
         this_round: dict[str, list[Any]] = {n: [] for n in names}
         with torch_threads(bench.threads), torch.inference_mode():
@@ -294,6 +296,7 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
                 for _ in range(max(bench.repeats, 1)):
                     this_round[name].append(timed_generation(decoders[name], ids, new))
         sample()
+        progress.step()
         for name in names:
             runs[name] += this_round[name]
             if calibrate is not None:

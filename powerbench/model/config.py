@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from powerbench.model.spec import FFNKind, WeightDType
-from powerbench.schema import MISSING, coerce_enums
+from powerbench.schema_helpers import MISSING, coerce_enums
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from powerbench.ops.build import load_cpu_extension
 from powerbench.ops.errors import BackendUnavailable, summarize
+from powerbench.ops.extension_build import load_cpu_extension
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.isa import choose_isa, requested_isa
 from powerbench.ops.weights import GATED_KINDS, ReluFFNWeights

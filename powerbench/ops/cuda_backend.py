@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from powerbench.ops.build import load_cuda_extension
 from powerbench.ops.checks import validate_ids
 from powerbench.ops.errors import BackendUnavailable, summarize
+from powerbench.ops.extension_build import load_cuda_extension
 from powerbench.ops.interface import SparseOps, Threshold
 from powerbench.ops.weights import GATED_KINDS
 

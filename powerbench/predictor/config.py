@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from powerbench.model.spec import WeightDType
-from powerbench.schema import check_range, coerce_enums
+from powerbench.schema_helpers import check_range, coerce_enums
 
 
 class PredictorArch(StrEnum):

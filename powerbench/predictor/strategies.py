@@ -36,6 +36,7 @@ from powerbench.predictor.predictor_set import (
 )
 from powerbench.predictor.sizing import grown_rank, initial_rank, shrunk_rank
 from powerbench.profiling.activation_profile import ActivationProfile
+from powerbench.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class FixedSizing:
         fitter = LayerFitter(loaded.spec, profile, cfg.train, cfg.weight_dtype)
         fits = [fitter.fit(layer, cfg.rank, cfg.target_recall, cfg.recall_margin, cfg.recall_z,
                            cfg.max_threshold)
-                for layer in range(profile.n_layers)]
+                for layer in Progress.iter(range(profile.n_layers), "predictor layers trained")]
         info = {"target_recall": cfg.target_recall, "train_s_total": fitter.train_s_total,
                 "build_s": time.perf_counter() - start}
         return fitter.assemble(fits, cfg.name, info)

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from powerbench.config.schema import ProfilingConfig
 from powerbench.model.loading import LoadedModel
@@ -28,6 +27,7 @@ from powerbench.profiling.adapters import (
     adapter_for,
 )
 from powerbench.profiling.tokens import batches, profiling_sequences
+from powerbench.progress import Progress
 
 # Bump when what the profiler records changes: it is part of every cache key.
 PROFILER_VERSION = 1
@@ -145,8 +145,9 @@ def profile_model(loaded: LoadedModel, texts: list[str], cfg: ProfilingConfig, d
         model.eval()
         offset = 0
         with torch.inference_mode():
-            for batch in tqdm(list(batches(sequences, cfg.batch_size)), disable=not progress,
-                              desc=f"profiling {loaded.spec.name}", unit="batch"):
+            all_batches = list(batches(sequences, cfg.batch_size))
+            for batch in (Progress.iter(all_batches, f"profiling {loaded.spec.name} (batches)")
+                          if progress else all_batches):
                 for recorder in recorders:
                     recorder.offset = offset
                 body(input_ids=torch.tensor(batch, device=device), use_cache=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from powerbench.schema import coerce_enums
+from powerbench.schema_helpers import coerce_enums
 
 
 class ComputeMode(StrEnum):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from powerbench.schema import coerce_enums
+from powerbench.schema_helpers import coerce_enums
 from powerbench.simulator.config import SimulatorConfig
 
 

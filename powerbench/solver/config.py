@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from powerbench.model.spec import WeightDType
-from powerbench.schema import MISSING, coerce_enums
+from powerbench.schema_helpers import MISSING, coerce_enums
 
 
 class CommMode(StrEnum):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from powerbench.model.spec import WeightDType
-from powerbench.schema import coerce_enums
+from powerbench.schema_helpers import coerce_enums
 from powerbench.solver.config import SolverConfig
 
 

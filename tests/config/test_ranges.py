@@ -9,7 +9,7 @@ import time
 import pytest
 
 from powerbench.config import load_config
-from powerbench.schema import ConfigRangeError
+from powerbench.schema_helpers import ConfigRangeError
 
 CASES = [
     (["bench.prompt_tokens=300"], r"bench\.prompt_tokens \+ bench\.new_tokens = 300 \+ 64 = "

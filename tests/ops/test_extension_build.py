@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from powerbench.ops import build
+from powerbench.ops import extension_build as build
 from powerbench.paths import repo_root
 
 NVCC = build.find_nvcc()
