@@ -32,6 +32,7 @@ from powerbench.engine.linear import LinearFn, make_linear
 from powerbench.engine.sampling import Sampler, SamplingConfig
 from powerbench.engine.timing import StepClock
 from powerbench.engine.weights import AttentionWeights, DecoderWeights, NormWeights
+from powerbench.model.guard import NonFiniteError, nonfinite_kind
 
 
 @dataclass
@@ -66,10 +67,12 @@ class Decoder:
 
     # ---- one forward over new tokens ----------------------------------------------------
     def forward(self, input_ids: Tensor, cache: KVCache, attention_mask: Tensor | None = None,
-                last_only: bool = False) -> Tensor:
+                last_only: bool = False, check_layers: bool = False) -> Tensor:
         """Run `input_ids` [B, T] after the cached tokens; returns logits [B, T|1, V].
 
         `attention_mask` [B, T] marks the new tokens that are real (left padding = 0).
+        `check_layers`: raise NonFiniteError at the first decoder layer whose output holds
+        NaN/inf (the diagnostic pass of `generate`'s guard).
         """
         w = self.w
         bsz, n_new = input_ids.shape
@@ -96,6 +99,9 @@ class Decoder:
             h = h + y.view(bsz, n_new, -1)
             if not w.pre_norm:
                 h = self._norm(h, layer.ffn_norm)
+            if check_layers and not torch.isfinite(h).all():
+                raise NonFiniteError(f"engine stage (our decoder): {nonfinite_kind(h)} in the "
+                                     f"output of decoder layer {i}; the run stops here")
         cache.length = start + n_new
 
         if last_only:
@@ -167,4 +173,18 @@ class Decoder:
                     kept.append(logits.float())
                 if clock is not None:
                     clock.mark()
+            if not torch.isfinite(logits).all():  # NaN/inf persists through the KV cache
+                self._locate_non_finite(input_ids, tokens[:, :-1], attention_mask)
         return Generation(tokens=tokens, logits=torch.stack(kept, 1) if return_logits else None)
+
+    def _locate_non_finite(self, prompt: Tensor, generated: Tensor,
+                           attention_mask: Tensor | None) -> None:
+        """The generation's last logits were not finite: replay its tokens with a check after
+        every layer, so the error names the first layer (else the LM head)."""
+        ids = torch.cat([prompt, generated], dim=1)
+        mask = (None if attention_mask is None else torch.cat(
+            [attention_mask, torch.ones_like(generated)], dim=1))
+        logits = self.forward(ids, self.new_cache(*ids.shape), mask, check_layers=True)
+        raise NonFiniteError(f"engine stage (our decoder): {nonfinite_kind(logits)} in the "
+                             "logits (LM head) while every decoder layer's output was finite; "
+                             "the run stops here")

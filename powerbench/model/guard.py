@@ -24,7 +24,8 @@ class NonFiniteError(FloatingPointError):
     """NaN or inf in a model's weights, activations or logits (the message names where)."""
 
 
-def _kind(t: torch.Tensor) -> str:
+def nonfinite_kind(t: torch.Tensor) -> str:
+    """'NaN' or 'inf': what makes `t` non-finite (for error messages)."""
     return "NaN" if torch.isnan(t).any() else "inf"
 
 
@@ -33,7 +34,7 @@ def check_finite_weights(model: torch.nn.Module, stage: str = "model") -> None:
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise NonFiniteError(
-                f"{stage} stage: {_kind(tensor)} in the weights of layer {name} "
+                f"{stage} stage: {nonfinite_kind(tensor)} in the weights of layer {name} "
                 "(a corrupt or badly converted checkpoint); the run stops here")
 
 
@@ -61,7 +62,7 @@ def finite_guard(model: Any, stage: str) -> Iterator[None]:
             if tensor is not None and tensor.is_floating_point() \
                     and not torch.isfinite(tensor).all():
                 what = "logits" if name.endswith("lm_head") else "activations"
-                raise NonFiniteError(f"{stage} stage: {_kind(tensor)} in the {what} of layer "
+                raise NonFiniteError(f"{stage} stage: {nonfinite_kind(tensor)} in the {what} of layer "
                                      f"{name}; the run stops here")
         return check
 
