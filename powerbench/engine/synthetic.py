@@ -17,7 +17,7 @@ at a time); `ffn="per_layer"` builds the decoder with those, `ffn="none"` withou
 Random weights do not activate like trained ones, so the sparse engine's active sets are
 not computed from them: `TraceReplay` replays per-token active sets drawn by
 `powerbench.profiling.synthetic.synthetic_profile` (fitted to the published sparsity and
-skew of design section 4; OPT ~97% inactive per token), one trace token per decode row,
+skew; OPT ~97% inactive per token), one trace token per decode row,
 the union over a call's rows (a batch or a prompt), from the start of the trace on every
 generation (`rewind`), so every round does the same work: an oracle that costs nothing.
 With `rank > 0` it also runs a seeded random low-rank predictor MLP (d_model -> rank ->

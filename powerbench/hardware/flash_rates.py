@@ -2,7 +2,7 @@
 issuing core class and the number of cores issuing at once.
 
 Figures come from the hardware profile's `memories.flash.extra` (oneplus12: PowerInfer-2's
-UFS 4.0 measurements, design section 3):
+UFS 4.0 measurements, from the PowerInfer-2 paper):
 
     random reads   4 KB: per issuing core class (big 1.076, mid 1.008, little 0.762 GB/s)
                    512 KB: rand_read_512k_gb_s (3.5)

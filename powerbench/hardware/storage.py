@@ -7,7 +7,7 @@ several threads (queue depth = threads), for about `seconds` each, and deletes t
 Where `O_DIRECT` is refused it reads buffered after `POSIX_FADV_DONTNEED` and says so
 (`direct` False): those numbers may include page-cache hits.
 
-PowerInfer-2 characterises a phone's UFS the same way (design.md section 3: 4 KB random
+PowerInfer-2 characterises a phone's UFS the same way (its paper: 4 KB random
 ~1 GB/s, 512 KB random 3.5 GB/s); the `local` profile records the result as a storage
 tier (`powerbench.hardware.local`). Needs numpy and the standard library only.
 """

@@ -56,7 +56,7 @@ def bytes_per_param(dtype: WeightDType | str) -> float:
 
 @dataclass(frozen=True)
 class SparsityStats:
-    """Published MLP activation statistics (design section 4), inputs for synthetic profiles.
+    """Published MLP activation statistics (published in the papers' sparsity studies), inputs for synthetic profiles.
 
     `token_sparsity`: mean fraction of FFN neurons inactive per token.
     `block_skew` / `model_skew`: share of neurons covering 80% of all activations

@@ -1,6 +1,6 @@
 """Synthetic activation profiles for shape-only models, fitted to published statistics.
 
-The model (design section 4 gives the targets):
+The model (the published statistics give the targets):
 
     p[l, j] = min(1, m_l * u_j(sigma))          activation probability of neuron j, layer l
 
@@ -25,7 +25,7 @@ reached (e.g. model_skew above what equal layers give), the nearest bound is use
 `meta["fit"]["converged"]` is False.
 
 Missing skews default to a piecewise-linear interpolation, in the active fraction
-a = 1 - token_sparsity, between the published points of design section 4: OPT-30B
+a = 1 - token_sparsity, between the published points (model/spec.py SparsityStats): OPT-30B
 (a = 0.03: block 0.26, model 0.17), LLaMA(ReGLU)-70B (a = 0.18: 0.43, 0.26) and
 SwiGLU LLaMA2 (a = 0.57: 0.69, 0.75; its sparsity from LLaMA2-13B); clamped outside.
 

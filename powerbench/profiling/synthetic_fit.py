@@ -25,7 +25,7 @@ COLD_MARGIN = 0.9  # cold-prefix layers get at most 90% of the published bound
 _SIGMA_RANGE = (1e-3, 6.0)
 _GAMMA_RANGE = (0.0, 16.0)
 
-# (active fraction, block skew, model skew): design section 4's published points.
+# (active fraction, block skew, model skew): the published points (model/spec.py).
 SKEW_ANCHORS: tuple[tuple[float, float, float], ...] = (
     (0.03, 0.26, 0.17),  # OPT-30B
     (0.18, 0.43, 0.26),  # LLaMA(ReGLU)-70B

@@ -1,6 +1,6 @@
 """Cost-model simulator: simulated tokens/s, time breakdown and neuron-load split for any
 hardware profile, from the same activation data, predictors and placement the real
-engines use (design section 1, `simulator=cost_model`)."""
+engines use (docs/architecture.md, `simulator=cost_model`)."""
 
 from powerbench.simulator.config import (
     ComputeMode,

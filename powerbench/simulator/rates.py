@@ -9,7 +9,7 @@ Every time is a roofline of one operation group on one device:
                        each operator ends in a worker barrier / dispatch, not overlapped
 
 Effective (derated or measured) values only; datasheet peaks are never used when an
-effective value exists (design section 3).
+effective value exists (the papers' hardware descriptions).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Neuron placement: which FFN neurons and dense parts live on the GPU (design section 5).
+"""Neuron placement: which FFN neurons and dense parts live on the GPU (PowerInfer paper, §6).
 
 Solvers (conf/solver, `_target_`): `ilp` (the paper's integer program), `greedy`
 (PowerInfer's released top-k), `layer_offload` (llama.cpp -ngl), `all_gpu`, `all_cpu`.

@@ -11,7 +11,7 @@ from powerbench.schema_helpers import MISSING, coerce_enums
 
 
 class CommMode(StrEnum):
-    """How the per-layer minimum GPU share C_l is derived (design section 5).
+    """How the per-layer minimum GPU share C_l is derived (PowerInfer paper, §6).
 
     Member names are lowercase because OmegaConf matches enum values by member name.
 

@@ -1,4 +1,4 @@
-"""`ilp`: PowerInfer's neuron-placement integer program (design section 5) in cvxpy.
+"""`ilp`: PowerInfer's neuron-placement integer program (PowerInfer paper, §6) in cvxpy.
 
 Variables, after grouping each layer's neurons by descending impact into groups of
 `group_size` (the last group of a layer may be smaller):

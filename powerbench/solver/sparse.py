@@ -268,7 +268,7 @@ def impact_upper_bound(items: DenseItems, window: ImpactWindow, neuron_bytes: fl
 def min_gpu_neurons(mode: CommMode | str, neuron_bytes: float, hw: HardwareProfile,
                     t_sync_s: float, mean_frequency: np.ndarray, neurons: int) -> np.ndarray:
     """C_l per layer: the fewest GPU neurons for which the GPU time saved pays for one
-    synchronisation, C_l * T_gpu + T_sync <= C_l * T_cpu (design section 5), with
+    synchronisation, C_l * T_gpu + T_sync <= C_l * T_cpu (PowerInfer paper, §6), with
     T_u = M_n / BW_u (`dense`) or scaled by the layer's mean activation frequency
     (`expected`). Where the accelerator saves nothing, C_l = neurons + 1 (layer never split)."""
     mode = CommMode(mode)

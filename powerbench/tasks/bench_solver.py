@@ -1,7 +1,7 @@
 """`powerbench bench-solver`: placement solvers (ILP vs greedy) at paper scale.
 
 OPT-30B, OPT-66B, LLaMA(ReGLU)-70B and OPT-175B synthetic profiles on pc_high and pc_low;
-for each, greedy (PowerInfer's released top-k) and the ILP (design section 5) under the
+for each, greedy (PowerInfer's released top-k) and the ILP (PowerInfer paper, §6) under the
 paper's communication rule (`dense`) and its activation-weighted variant (`expected`).
 Reports through the measurement harness (study `solver`: table, CSV, plot in the run
 directory, one MLflow run; `task.publish=true` also writes results/solver/).

@@ -1,4 +1,4 @@
-"""Every hardware yaml validates against its schema and states the design section 3 facts."""
+"""Every hardware yaml validates against its schema and states the papers' hardware facts."""
 
 from __future__ import annotations
 

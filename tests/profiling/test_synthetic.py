@@ -1,4 +1,4 @@
-"""Synthetic profiles hit the published statistics of design section 4."""
+"""Synthetic profiles hit the published statistics."""
 
 from __future__ import annotations
 
