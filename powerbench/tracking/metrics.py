@@ -207,7 +207,10 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         _m("{variant}_tokens_per_s", "tok/s", "bench-flash / bench-threshold / tour: speed of "
            "one variant (engine, precision, sparsity)"),
         _m("ffn_speedup_vs_dense", "x", "tour: sparse FFN speed / dense FFN speed"),
-        _m("sim_{system}_gpu_neuron_load_share", "share", "tour: simulated GPU load share"),
+        _m("sim_{system}_gpu_neuron_load_share", "share", "tour: simulated GPU load share "
+           "(all weight rows computed per token)"),
+        _m("sim_{system}_gpu_ffn_load_share", "share", "tour: simulated GPU load share, FFN "
+           "rows only"),
         _m("{row}.{column}", "mixed", "a benchmark report through the measurement harness "
            "(powerbench.measure.harness: bench-decode, bench-threshold, bench-solver, ...): "
            "one metric per report row (its key columns joined by '.') and numeric column, "
