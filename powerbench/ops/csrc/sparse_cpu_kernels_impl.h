@@ -248,9 +248,12 @@ inline float gated_value(GatedKind kind, float g, float u) {
   return silu(g) * u;
 }
 
-template <typename WT>
-void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx, int64_t n,
-              const float* bias, bool relu, float* out, int64_t ldo, bool scatter, int nt) {
+// The row kernel's walk: rows idx[0..n) of W (rows 0..n-1 when idx is null) in groups of
+// kRowGroup, each group prefetched as continuous streams and dotted with the B inputs, then
+// `emit(j0, count, res)` writes its results (res[q * B + b]: group row q, input b).
+template <typename WT, typename Emit>
+void for_row_groups(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
+                    int64_t n, int nt, Emit emit) {
   const bool par = n * K * B >= kParallelMin && nt > 1;
   const int64_t groups = (n + kRowGroup - 1) / kRowGroup;
   const int64_t grab = rows_per_grab(kRowGroup * K * int64_t(sizeof(WT)));
@@ -263,14 +266,22 @@ void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* 
       const int next_count = group_rows(w, K, idx, j0 + kRowGroup, n, next);
       const RowStreams pf(rows, count, next, next_count, K);
       dot_group(rows, count, x, K, B, sc, sc.res, pf);
-      for (int q = 0; q < count; ++q) {
-        const int64_t r = idx[j0 + q];
-        const float bb = bias ? bias[r] : 0.0f;
-        const int64_t col = scatter ? r : j0 + q;
-        for (int64_t b = 0; b < B; ++b) {
-          const float v = sc.res[q * B + b] + bb;
-          out[b * ldo + col] = (relu && !(v > 0.0f)) ? 0.0f : v;
-        }
+      emit(j0, count, sc.res);
+    }
+  });
+}
+
+template <typename WT>
+void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx, int64_t n,
+              const float* bias, bool relu, float* out, int64_t ldo, bool scatter, int nt) {
+  for_row_groups(w, K, x, B, idx, n, nt, [&](int64_t j0, int count, const float* res) {
+    for (int q = 0; q < count; ++q) {
+      const int64_t r = idx[j0 + q];
+      const float bb = bias ? bias[r] : 0.0f;
+      const int64_t col = scatter ? r : j0 + q;
+      for (int64_t b = 0; b < B; ++b) {
+        const float v = res[q * B + b] + bb;
+        out[b * ldo + col] = (relu && !(v > 0.0f)) ? 0.0f : v;
       }
     }
   });
@@ -282,22 +293,10 @@ void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* 
 template <typename WT, typename OT>
 void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
                 OT* out, int64_t ldo, int nt) {
-  const bool par = N * K * B >= kParallelMin && nt > 1;
-  const int64_t groups = (N + kRowGroup - 1) / kRowGroup;
-  const int64_t grab = rows_per_grab(kRowGroup * K * int64_t(sizeof(WT)));
-  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
-    GroupScratch sc(B);
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t j0 = g * kRowGroup;
-      const WT *rows[kRowGroup], *next[kRowGroup];
-      const int count = group_rows(w, K, nullptr, j0, N, rows);
-      const int next_count = group_rows(w, K, nullptr, j0 + kRowGroup, N, next);
-      const RowStreams pf(rows, count, next, next_count, K);
-      dot_group(rows, count, x, K, B, sc, sc.res, pf);
-      for (int q = 0; q < count; ++q) {
-        const float bb = bias ? bias[j0 + q] : 0.0f;
-        for (int64_t b = 0; b < B; ++b) store(out + b * ldo + j0 + q, sc.res[q * B + b] + bb);
-      }
+  for_row_groups(w, K, x, B, nullptr, N, nt, [&](int64_t j0, int count, const float* res) {
+    for (int q = 0; q < count; ++q) {
+      const float bb = bias ? bias[j0 + q] : 0.0f;
+      for (int64_t b = 0; b < B; ++b) store(out + b * ldo + j0 + q, res[q * B + b] + bb);
     }
   });
 }
