@@ -30,7 +30,8 @@ from powerbench.measure.harness import LoadWindow, Report, finish  # noqa: E402
 from powerbench.measure.hybrid_bench import HybridBenchConfig, measure  # noqa: E402
 from powerbench.model.spec import ModelSpec, SparsityStats  # noqa: E402
 
-COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "speedup_vs_dense",
+COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
+           "sim_error_pct", "speedup_vs_dense",
            "speedup_vs_layer_offload", "gpu_neuron_load_share", "gpu_part_ms_per_call",
            "cpu_part_ms_per_call", "ffn_us_per_call", "overlap_saved_ms_per_call")
 
@@ -49,6 +50,20 @@ def model_spec(name: str, layers: int) -> tuple[ModelSpec, ModelSpec]:
     full = ModelSpec(name=name, hf_id=node.get("hf_id"),
                      stats=SparsityStats(**stats) if stats else None, **node["spec"])
     return full, dataclasses.replace(full, n_layers=min(layers, full.n_layers))
+
+
+def local_profile(cfg: HybridBenchConfig, out_dir: Path):
+    """This machine's `local` hardware profile (microbenchmarks: HBM, PCIe, launch and sync
+    latency, the CPU's memory bandwidth and our kernels' rates at the CPU part's threads),
+    measured now and written beside the results."""
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.measure.local_kernels import load_local
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return load_local(LocalHardwareConfig(
+        remeasure=True, cache_file=str(out_dir / "local_profile.json"), storage=False,
+        threads=[1, cfg.cpu_threads], kernel_threads=[cfg.cpu_threads],
+        kernel_dtypes=[cfg.dtype]))
 
 
 def portable_args(argv: list[str]) -> list[str]:
@@ -74,6 +89,9 @@ def main() -> int:
     p.add_argument("--prompt-tokens", type=int, default=16)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
+    p.add_argument("--no-simulate", action="store_true",
+                   help="skip the simulated twin (it measures this machine's local profile, "
+                        "GPU included, and needs hydra-core/omegaconf for the bench config)")
     p.add_argument("--out-dir", type=Path, default=Path("."))
     p.add_argument("--publish", action="store_true", help="also write results/hybrid_gpu/")
     p.add_argument("--results-dir", type=Path, default=ROOT / "results")
@@ -88,8 +106,9 @@ def main() -> int:
     profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
     weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
                                         device="cuda")
+    hardware = None if args.no_simulate else local_profile(cfg, args.out_dir)
     with LoadWindow() as load:
-        rows = measure(weights, spec, profile, cfg)
+        rows = measure(weights, spec, profile, cfg, hardware=hardware)
     report = Report(
         study="hybrid_gpu", name=f"hybrid_{args.model}", rows=rows, key=("system",),
         title=f"engine=hybrid vs layer offload, {args.model} shape ({spec.n_layers} of "
@@ -102,7 +121,10 @@ def main() -> int:
                "replayed from the synthetic profile (an exact, free predictor).",
                "Attention, KV cache and LM head on the GPU in every row; the rows differ in "
                "where the FFN runs. ffn_us_per_call is the FFN call's host wall time (for "
-               "all-GPU rows the launch cost only: the GPU runs asynchronously)."])
+               "all-GPU rows the launch cost only: the GPU runs asynchronously).",
+               "sim_*: the cost model (simulated) for the same run on this machine's `local` "
+               "profile, measured by microbenchmarks just before (HBM and PCIe bandwidth, "
+               "launch and sync latency, CPU memory bandwidth and kernel rates)."])
     finish(report, args.out_dir, publish_to=args.results_dir if args.publish else None)
     return 0
 

@@ -223,6 +223,17 @@ def trace_profile(spec: ModelSpec, layers: int, trace_tokens: int, seed: int = 0
                            layer_ids=[int(i) for i in keep])
 
 
+def kept_profile(trace: Any, spec: ModelSpec) -> Any:
+    """The kept layers of `trace_profile` as an ActivationProfile of the capped `spec` (the
+    simulator indexes layers 0..n-1; the same per-token traces the engine replays)."""
+    from powerbench.profiling.activation_profile import ActivationProfile
+
+    layers = [dataclasses.replace(layer, index=i) for i, layer in enumerate(trace.layers)]
+    return ActivationProfile(model=spec.name, source="synthetic", dataset="synthetic",
+                             n_tokens=layers[0].n_tokens, layers=layers,
+                             meta={"layer_ids": trace.layer_ids})
+
+
 class TraceReplay(TraceActiveSets):
     """Active sets replayed from a synthetic profile's per-token trace (see the module
     docstring): a call of r rows gets the union of the next r trace tokens' sets in every

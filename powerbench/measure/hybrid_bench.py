@@ -18,6 +18,12 @@ differ only in where the FFN runs and how much of it is computed. The active set
 synthetic activation profile's per-token trace (fitted to the model's published sparsity
 and skew), replayed as device masks: a predictor that is exact and free (`ReplayMasks`).
 Only speed is meaningful: the tokens of random weights are not.
+
+With a hardware profile (`hardware=`, e.g. the `local` one measured on this machine, GPU
+included) every row also gets the cost model's prediction of the same run: its twin (our
+engine's operator counts per step, `powerbench.measure.twin`), the same placement, the
+same per-token active sets (an exact, free predictor), and the error against the measured
+median (`sim_error_pct`).
 """
 
 from __future__ import annotations
@@ -119,6 +125,10 @@ def layer_offload_placement(spec: ModelSpec, share: float) -> Placement:
     return _placement(spec, ids, "layer offload")
 
 
+def all_gpu_placement(spec: ModelSpec) -> Placement:
+    return _placement(spec, [np.arange(spec.neurons_per_layer)] * spec.n_layers, "all on GPU")
+
+
 def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[float, ...],
                   gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
                   ) -> dict[str, Decoder]:
@@ -152,9 +162,36 @@ def split_pass(decoder: Decoder, ids: Tensor, new_tokens: int) -> dict[str, floa
     return ffn.metrics()
 
 
+def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
+    ffn = decoder.ffn
+    return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
+
+
+def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
+              cfg: HybridBenchConfig, prompt: Tensor) -> dict[str, float]:
+    """The cost model's decode tokens/s for this decoder's run (see the module docstring)."""
+    from types import SimpleNamespace
+
+    from powerbench.config.schema import BenchConfig
+    from powerbench.engine.synthetic import kept_profile
+    from powerbench.measure.twin import twin_config, twin_of
+    from powerbench.simulator.simulate import simulate
+
+    with torch.inference_mode():
+        dense, ops, dtype, dense_rows = twin_of(decoder, prompt[:, :8])
+    computes_all = dense or getattr(decoder.ffn, "active", "") == "dense"
+    twin = twin_config(computes_all, ops, dtype, None, dense_rows, cfg.cpu_threads)
+    bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
+                        batch_size=cfg.batch, threads=cfg.cpu_threads)
+    oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights
+    return simulate(twin, spec, kept_profile(profile, spec), placement_of(decoder, spec),
+                    hardware, predictors=None if computes_all else oracle, bench=bench).metrics
+
+
 def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
-            **backends: str) -> list[dict[str, Any]]:
-    """Every engine in interleaved rounds; one row per engine (see the module docstring)."""
+            hardware: Any = None, **backends: str) -> list[dict[str, Any]]:
+    """Every engine in interleaved rounds; one row per engine (see the module docstring);
+    with `hardware`, each row's simulated twin beside it."""
     engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
     ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
                         generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
@@ -166,6 +203,9 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
         split = split_pass(engines[name], ids, cfg.new_tokens)
         share = next((s for s in cfg.gpu_ffn_shares if name.endswith(f" {s:.0%}")), 1.0)
         peer = by_name.get(f"layer offload {share:.0%}") if name.startswith("hybrid") else None
+        sim = (simulated(engines[name], spec, profile, hardware, cfg, ids)
+               if hardware is not None else {})
+        sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
         gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
         cpu_ms = split.get("hybrid_cpu_ffn_ms_per_decode_call", float("nan"))
         rows.append({
@@ -174,6 +214,8 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
             "decode_tokens_per_s": row.decode_tokens_per_s,
             "p10": row.decode_tokens_per_s_p10, "p90": row.decode_tokens_per_s_p90,
             "speedup_vs_dense": row.speedup_vs_dense,
+            "sim_decode_tokens_per_s": sim_rate,
+            "sim_error_pct": 100.0 * (sim_rate / row.decode_tokens_per_s - 1.0),
             "speedup_vs_layer_offload": (row.decode_tokens_per_s / peer.decode_tokens_per_s
                                          if peer is not None else float("nan")),
             "ffn_us_per_call": row.ffn_us_per_call,

@@ -85,6 +85,21 @@ def test_measure_gives_one_row_per_engine(profile):
     assert by["hybrid 50%"]["speedup_vs_layer_offload"] > 0
 
 
+def test_every_row_gets_its_simulated_twin(profile):
+    from tests.simulator.factories import make_hardware
+
+    weights = synthetic_decoder_weights(SPEC, torch.float32)
+    cfg = HybridBenchConfig(layers=4, gpu_ffn_shares=(0.5,), rounds=1, new_tokens=3,
+                            prompt_tokens=4, cpu_threads=1)
+    rows = measure(weights, SPEC, profile, cfg, hardware=make_hardware(),
+                   gpu_backend="sparse_torch", cpu_backend="sparse_torch")
+    by = {r["system"]: r for r in rows}
+    assert all(r["sim_decode_tokens_per_s"] > 0 for r in rows)
+    # the cost model charges the CPU's dense half more than the GPU's hot neurons
+    assert (by["hybrid 50%"]["sim_decode_tokens_per_s"]
+            > by["layer offload 50%"]["sim_decode_tokens_per_s"])
+
+
 def test_shares_outside_zero_one_are_refused():
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         HybridBenchConfig(gpu_ffn_shares=(1.0,))

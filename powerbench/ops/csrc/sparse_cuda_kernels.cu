@@ -16,9 +16,9 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
 constexpr int kMaxTokens = 8;         // tokens per warp (row) / per block (axpy)
-constexpr int64_t kMinRowsPerSplit = 16;  // axpy: neurons per block at least
+constexpr int64_t kMinRowsPerSplit = 64;  // axpy: neurons per block at least
 constexpr int kUnroll = 4;                // axpy: neurons whose loads are in flight at once
-constexpr int kBlocksPerSM = 4;           // axpy: blocks per SM to aim for
+constexpr int kBlocksPerSM = 8;           // axpy: blocks per SM to aim for
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
@@ -184,42 +184,48 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Each thread owns Vec<WT>::N columns (vec: one 16-byte load per neuron) or 1 column. The
-// loads of kUnroll neurons are issued before any is used, so each thread keeps several
-// independent reads in flight (a gathered row's latency is hidden by its neighbours).
+// A block owns kAxpyCols output columns (one 16-byte slice per lane; the 8 warps share
+// the slices) and one split of the active neurons; warp w takes neurons j0 + w, j0 + w + 8,
+// ... and issues the loads of kUnroll of them before using any (memory-level parallelism).
+// The 8 warps' partial sums are combined in shared memory, so only one atomicAdd per
+// column and split reaches global memory.
 template <typename WT, int TB>
 __global__ void __launch_bounds__(kThreads)
     axpy_kernel(const WT* __restrict__ wt, int64_t D, const float* __restrict__ coeff,
                 int64_t ldc, int64_t B, Active a, const float* __restrict__ bias,
                 int64_t rows_per_split, float* __restrict__ out, bool vec) {
   constexpr int N = Vec<WT>::N;
+  __shared__ float part[kWarpsPerBlock][32 * N];
   const int V = vec ? N : 1;
-  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col = (int64_t(blockIdx.x) * 32 + lane) * V;
   const int64_t j0 = int64_t(blockIdx.y) * rows_per_split;
   const int64_t j1 = j0 + rows_per_split < a.n ? j0 + rows_per_split : a.n;
   const int64_t b0 = int64_t(blockIdx.z) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
-  if (col >= D) return;
+  const bool in_range = col < D;
   float acc[TB][N];
 #pragma unroll
   for (int t = 0; t < TB; ++t)
 #pragma unroll
     for (int e = 0; e < N; ++e) acc[t][e] = 0.0f;
-  for (int64_t j = j0; j < j1; j += kUnroll) {
+  constexpr int kStep = kWarpsPerBlock * kUnroll;
+  for (int64_t j = j0 + warp; j < j1; j += kStep) {
     float wv[kUnroll][N];
     float c[kUnroll][TB];
     bool live[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      const int64_t jj = j + int64_t(u) * kWarpsPerBlock;
       int64_t r = 0;
-      live[u] = j + u < j1 && resolve(a, j + u, r);
+      live[u] = jj < j1 && resolve(a, jj, r);
       bool any = false;
 #pragma unroll
       for (int t = 0; t < TB; ++t) {
-        c[u][t] = (live[u] && t < nt) ? __ldg(coeff + (b0 + t) * ldc + j + u) : 0.0f;
+        c[u][t] = (live[u] && t < nt) ? __ldg(coeff + (b0 + t) * ldc + jj) : 0.0f;
         any = any || c[u][t] != 0.0f;
       }
-      live[u] = live[u] && any;  // block-uniform: every thread reads the same coefficients
+      live[u] = live[u] && any && in_range;  // warp-uniform apart from the column range
       if (live[u]) {
         const WT* src = wt + r * D + col;
         if (vec) {
@@ -242,13 +248,22 @@ __global__ void __launch_bounds__(kThreads)
   const bool add_bias = bias != nullptr && blockIdx.y == 0;
 #pragma unroll
   for (int t = 0; t < TB; ++t) {
-    if (t >= nt) break;
+    if (t >= nt) break;  // block-uniform
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      if (e >= V) break;
-      const float v = acc[t][e] + (add_bias ? bias[col + e] : 0.0f);
-      if (v != 0.0f) atomicAdd(out + (b0 + t) * D + col + e, v);
+    for (int e = 0; e < N; ++e) part[warp][lane * N + e] = acc[t][e];
+    __syncthreads();
+    // thread i sums slot i (and i + kThreads ...) over the warps; slot = lane' * N + e
+    for (int slot = threadIdx.x; slot < 32 * N; slot += kThreads) {
+      const int l = slot / N, e = slot % N;
+      const int64_t c_out = (int64_t(blockIdx.x) * 32 + l) * V + e;
+      if (e < V && c_out < D) {
+        float v = add_bias ? bias[c_out] : 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarpsPerBlock; ++w) v += part[w][slot];
+        if (v != 0.0f) atomicAdd(out + (b0 + t) * D + c_out, v);
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -326,7 +341,7 @@ cudaError_t launch_axpy(WType wt, const void* w_t, int64_t D, const float* coeff
   if (B == 0) return cudaSuccess;
   const bool vec = D % vec_width(wt) == 0 && aligned(w_t, 16);
   const int tb = token_tile(B);
-  const int64_t cols_per_block = int64_t(kThreads) * (vec ? vec_width(wt) : 1);
+  const int64_t cols_per_block = 32 * (vec ? vec_width(wt) : 1);
   const unsigned gx = cdiv(D, cols_per_block), gz = cdiv(B, tb);
   // Enough blocks to fill the GPU (kBlocksPerSM per SM), each with >= kMinRowsPerSplit
   // neurons (fewer splits: fewer atomics on the output).
