@@ -111,6 +111,26 @@ class BenchOperatorsTask:
 
 
 @dataclass
+class BenchHybridTask:
+    """engine=hybrid vs llama.cpp-style layer offload on a real-size shape with synthetic
+    weights, each row beside its simulated twin (powerbench.measure.hybrid_bench; needs a
+    CUDA GPU)."""
+
+    _target_: str = "powerbench.tasks.bench_hybrid.bench_hybrid"
+    name: str = "bench_hybrid"
+    synthetic_model: str = "opt_6_7b"  # a model config with a `spec` section (shapes)
+    layers: int = 8  # evenly spaced over the model's depth
+    gpu_ffn_shares: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    rounds: int = 5
+    prompt_tokens: int = 16
+    new_tokens: int = 32
+    batch: int = 1
+    threads: int = 8  # CPU workers of the CPU part
+    simulate: bool = True  # measure the local profile (GPU included) and add the twin
+    publish: bool = False  # also write the report into results/hybrid_gpu/
+
+
+@dataclass
 class BenchSolverTask:
     """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles."""
 
@@ -319,6 +339,7 @@ class DocsTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
+           "bench_hybrid": BenchHybridTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
