@@ -267,6 +267,7 @@ class HybridLocalTask:
     _target_: str = "powerbench.tasks.hybrid_local.hybrid_local"
     name: str = "hybrid_local"
     gpu_budget_mb: float = 8.0  # GPU memory the placement may use (so the model does not fit)
+    publish: bool = False  # also write the report into results/hybrid_local/
 
 
 @dataclass
