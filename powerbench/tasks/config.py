@@ -85,6 +85,7 @@ class TimingOptions:
     reps: int | None = None  # minimum timed calls per measurement
     min_time_s: float | None = None  # minimum timed seconds per measurement
     flush_mb: int | None = None  # cache-flush buffer before each call (0: off)
+    cuda_graph: bool | None = None  # CUDA: time each call replayed from a captured graph
 
 
 @dataclass
