@@ -21,7 +21,7 @@ class TimingPolicy:
     reps: int = 5  # at least this many timed calls
     min_time_s: float = 0.2  # ... and keep going until this much time was timed
     max_reps: int = 100
-    flush_mb: int = 64  # buffer read (CPU) / written (CUDA) before each call; 0 disables
+    flush_mb: int = 64  # buffer read before each call (CUDA: at least CUDA_FLUSH_MB); 0 disables
     # CUDA: capture each call once into a CUDA graph and time its replays (the kernels run
     # back to back, as in a decode step replayed from a graph; no per-kernel launch gaps)
     cuda_graph: bool = False
@@ -43,11 +43,9 @@ class Timer:
         self._flush = torch.ones(n, device=device) if n else None
 
     def _flush_cache(self) -> None:
-        if self._flush is None:
-            return
-        if self.device == "cuda":
-            self._flush.zero_()
-        else:
+        # a READ on both devices: a written flush would leave the L2 full of dirty lines
+        # whose write-back then competes with the timed call's reads
+        if self._flush is not None:
             self._flush.sum()
 
     def _once(self, fn: Callable[[], object]) -> float:
@@ -119,6 +117,6 @@ def timing_notes(device: str, policy: TimingPolicy) -> list[str]:
            "between them)" if policy.cuda_graph else
            "each call launched from the host as in an eager decode loop (launch gaps between "
            "its kernels included)")
-    return [f"CUDA timing: GPU event time; before every call {CUDA_FLUSH_MB} MB are written "
-            f"(evicts the L2 and keeps the GPU busy while the host enqueues the call, so the "
-            f"host's launch path is hidden); {how}."]
+    return [f"CUDA timing: GPU event time; before every call {CUDA_FLUSH_MB} MB are read "
+            f"(evicts the L2 without leaving dirty lines, and keeps the GPU busy while the host "
+            f"enqueues the call, so the host's launch path is hidden); {how}."]
