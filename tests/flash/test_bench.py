@@ -7,10 +7,10 @@ import os
 
 import numpy as np
 
-from powerbench.flash.bench import run_flash_bench
-from powerbench.flash.bench_inputs import BenchShape
-from powerbench.flash.bench_report import Variant
-from powerbench.flash.page_cache import page_cache_bytes
+from powerbench.measure.flash_ffn_bench import run_flash_bench
+from powerbench.measure.flash_ffn_inputs import BenchShape
+from powerbench.measure.flash_ffn_report import Variant
+from powerbench.measure.page_cache_usage import page_cache_bytes
 from powerbench.tasks.inputs import synthetic_spec
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from powerbench.flash.capped_runs import CappedReport
 from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_capped_runs import CappedReport
 
 GB = 1e9
 MB = 1e6

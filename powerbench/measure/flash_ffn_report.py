@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.flash.bench_inputs import BenchShape
+from powerbench.measure.flash_ffn_inputs import BenchShape
 
 GB = 1e9
 MB = 1e6
@@ -25,6 +25,7 @@ class Variant:
     # of this recall (= precision; 1.0: the oracle); None: no lookahead
     lookahead_recall: float | None = None
     compiled_plan: bool = True  # the per-call planning in compiled code (else numpy)
+    submit_thread: bool = False  # io_submit from an I/O thread while the caller computes
 
     @property
     def lookahead(self) -> bool:

@@ -31,16 +31,21 @@ from typing import Any
 
 import torch
 
-from powerbench.flash.bench_inputs import (
+from powerbench.flash.ffn import FlashFFN
+from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_ffn_inputs import (
     BenchShape,
     decoder_weights_around,
     synthetic_profile_for,
     synthetic_weights,
 )
-from powerbench.flash.bench_report import FlashBenchReport, Variant, VariantResult, default_variants
-from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.page_cache import cached_bytes, drop_page_cache, page_cache_bytes
-from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_ffn_report import (
+    FlashBenchReport,
+    Variant,
+    VariantResult,
+    default_variants,
+)
+from powerbench.measure.page_cache_usage import cached_bytes, drop_page_cache, page_cache_bytes
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.active_traces import TraceActiveSets
 
@@ -99,7 +104,8 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                            io_threads=io_threads, io_engine=v.io_engine, bundled=v.bundled,
                            pipeline=v.pipeline, direct=v.direct, dense_from_rows=0,
                            compute_threads=v.compute_threads, lookahead=v.lookahead,
-                           compiled_plan=v.compiled_plan, profile=profile)
+                           compiled_plan=v.compiled_plan, io_submit_thread=v.submit_thread,
+                           profile=profile)
         engines.append(ffn)
         results.append(VariantResult(v, load_s=time.perf_counter() - t0))
         log(f"bench: built {v.name} in {time.perf_counter() - t0:.1f} s")
