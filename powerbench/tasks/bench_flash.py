@@ -62,10 +62,18 @@ def ffn_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
                          "mb_per_token": m.get("flash_bytes_read_per_token", 0.0) / 1e6,
                          "read_gb_s": m.get("flash_read_gb_s"),
                          "hit_hot": m.get("flash_hit_rate_hot"),
-                         "hit_lru": m.get("flash_hit_rate_lru")})
+                         "hit_lru": m.get("flash_hit_rate_lru"),
+                         **report.ceiling(r)})
+    targets = report.target_lines()
+    print("\n".join(targets), flush=True)
     return Report(study="flash", name=f"bench_{shape.name}", rows=rows,
                   key=("phase", "variant"), title=f"bench-flash, {shape.name} shape ({SYNTHETIC})",
-                  notes=report.render().splitlines(), params={"task": as_container(task)})
+                  columns=("phase", "variant", "tokens_per_s", "x_dram", "mb_per_token",
+                           "read_gb_s", "hit_hot", "hit_lru", "reads_per_layer",
+                           "ceiling_tokens_per_s_at_batch", "fraction_of_ceiling_at_batch",
+                           "ceiling_tokens_per_s_best", "fraction_of_ceiling_best"),
+                  notes=targets + report.render().splitlines(),
+                  params={"task": as_container(task)})
 
 
 # ---- mode=capped: a model larger than its memory cap, against llama.cpp ---------------------
