@@ -29,7 +29,7 @@ class FlashFFNConfig(FFNConfig):
     io_threads: int = 16  # threads: workers = reads in flight (queue depth)
     io_depth: int = 128  # aio: reads in flight at most
     io_submit_thread: bool = False  # aio: io_submit from a pool worker while the caller computes
-    compute_threads: int | None = None  # the FFN kernels' threads (None: torch's but one)
+    compute_threads: int | None = None  # the sparse kernels' threads during FFN calls
     direct: bool = True  # O_DIRECT (falls back to buffered with a warning)
     max_read_kb: int = 1024  # coalesced read size cap
     verify: str = "header"  # header | full (also the payload CRCs, reads the file)

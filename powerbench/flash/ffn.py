@@ -98,12 +98,9 @@ class FlashFFN:
         self.ops = get_backend(backend)
         self.backend = self.ops.name
         self.dense_from_rows = dense_from_rows
-        # the kernels' threads during this FFN's calls; None: all of torch's threads but
-        # one (at least one) for decode steps, leaving a core to the reads' submission and
-        # completions (prompts, computed densely, take them all). On
-        # the 2-vCPU VM a second compute thread made the flash FFN slower, side by side
-        # (bench-flash's "all compute threads" variant): the pool's helper spins on the
-        # other core after every kernel, delaying the next io_submit and the completions
+        # the kernels' threads during this FFN's calls (None: torch's setting): on a 2-vCPU
+        # VM the compute pool's helper spins on the other core after every kernel, which
+        # slows the next layer's io_submit
         self.compute_threads = compute_threads
 
         # ---- the file ----
@@ -213,14 +210,12 @@ class FlashFFN:
         if self.lookahead and not prompt:
             def ahead() -> Tensor | None:
                 return self.predictors.lookahead(layer_idx + 1, x)
-        threads = torch.get_num_threads()
-        compute = (self.compute_threads if self.compute_threads is not None
-                   else threads if prompt else max(1, threads - 1))
-        if compute == threads:
+        if self.compute_threads is None:
             y = self.pipeline.run(layer_idx, x, ids, cache_misses=not prompt, count=not prompt,
                                   ahead=ahead)
         else:
-            torch.set_num_threads(compute)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(self.compute_threads)
             try:
                 y = self.pipeline.run(layer_idx, x, ids, cache_misses=not prompt,
                                       count=not prompt, ahead=ahead)

@@ -6,8 +6,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from powerbench.measure.flash_ffn_inputs import BenchShape
 
 GB = 1e9
@@ -22,7 +20,7 @@ class Variant:
     pipeline: bool = True
     direct: bool = True
     io_engine: str = "auto"  # auto (native AIO with O_DIRECT) | aio | threads
-    compute_threads: int | None = None  # the flash kernels' threads (None: the engine's default)
+    compute_threads: int | None = None  # the flash kernels' threads (None: torch's)
     # read layer l+1's predicted misses while layer l computes, with a stand-in predictor
     # of this recall (= precision; 1.0: the oracle); None: no lookahead
     lookahead_recall: float | None = None
@@ -49,7 +47,7 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
             Variant(f"flash {b:.0%} no pipeline", b, pipeline=False),
             Variant(f"flash {b:.0%} unbundled no pipeline", b, bundled=False, pipeline=False),
             Variant(f"flash {b:.0%} thread-pool reads", b, io_engine="threads"),
-            Variant(f"flash {b:.0%} all compute threads", b, compute_threads=torch.get_num_threads()),
+            Variant(f"flash {b:.0%} one compute thread", b, compute_threads=1),
             Variant(f"flash {b:.0%} numpy planning", b, compiled_plan=False),
             Variant(f"flash {b:.0%} io_uring SQPOLL", b, io_engine="uring"),
             Variant(f"flash {b:.0%} lookahead oracle", b, lookahead_recall=1.0),
