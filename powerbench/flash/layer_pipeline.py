@@ -332,8 +332,6 @@ class LayerPipeline:
         then compute `rest_rows` (the read neurons; every row when nothing was computed
         while the reads ran: no pipeline, or no resident rows) and add it to `y`."""
         t = self.times
-        if self.planner is not None:  # the next layer's planning state, while reads run
-            self.planner.warm((layer + 1) % self.g.n_layers)
         t1 = time.perf_counter()
         pending.wait()
         t2 = time.perf_counter()

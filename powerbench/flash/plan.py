@@ -63,9 +63,6 @@ def load() -> ctypes.CDLL | None:
     f.restype = ctypes.c_int64
     f.argtypes = [_P, _I, _I, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int, _I, _P, _P, _P, _P,
                   _P, _P, _P, _P, ctypes.c_int, _P]
-    warm = lib.pb_flash_warm
-    warm.restype = None
-    warm.argtypes = [_P, _I, _P, _P, _I, _I]
     _lib = lib
     return lib
 
@@ -81,7 +78,6 @@ class LayerPlanner:
                  d_ffn: int, scratch_base: int, b1_layers: list[np.ndarray] | None,
                  b1_arena: np.ndarray | None) -> None:
         self.fn = lib.pb_flash_plan
-        self.warm_fn = lib.pb_flash_warm
         self.cache, self.cn, self.scratch_base = cache, cluster_neurons, scratch_base
         for name in ("slot_of", "owner", "last_used"):
             arr = getattr(cache, name)
@@ -127,15 +123,6 @@ class LayerPlanner:
         c._call_start = int(self.state[1])
         self.adjacent = bool(self.state[2])
         return int(n_miss), n
-
-    def warm(self, layer: int) -> None:
-        """Prefetch what `plan(layer, ...)` will touch (its slot-map row, its LRU
-        segment's stamps and owners) into the CPU cache; returns at once. Called while
-        another layer's reads are in flight, it takes the planner's cache misses off the
-        path to the next submission."""
-        a, b = self.cache.lru_range[layer]
-        self.warm_fn(self._slot_of + layer * self._row_bytes, self._row_bytes // 8,
-                     self._ptrs[1], self._ptrs[0], a, b)
 
     def flush_counts(self) -> None:
         """Add the counters gathered since the last flush to the cache's `stats`."""

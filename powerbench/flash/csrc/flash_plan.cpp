@@ -141,19 +141,4 @@ int64_t pb_flash_plan(const int64_t* ids, int64_t n_ids, int64_t cn, int64_t* sl
   return n_miss;
 }
 
-// Start loading into the cache what the next call of a layer will touch: its slot-map row
-// (`row`, n_units entries) and its LRU segment's last_used / owner entries [lru_a, lru_b).
-// Issued while the current layer's reads are in flight: between two calls of one layer the
-// kernels stream every other layer's weights through the cache, so the planner otherwise
-// finds these lines in DRAM (one miss per active cluster, before the reads can start).
-void pb_flash_warm(const int64_t* row, int64_t n_units, const int64_t* last_used,
-                   const int64_t* owner, int64_t lru_a, int64_t lru_b) {
-  constexpr int64_t kLine = 64 / sizeof(int64_t);
-  for (int64_t i = 0; i < n_units; i += kLine) __builtin_prefetch(row + i);
-  for (int64_t s = lru_a; s < lru_b; s += kLine) {
-    __builtin_prefetch(last_used + s);
-    __builtin_prefetch(owner + s);
-  }
-}
-
 }  // extern "C"
