@@ -105,8 +105,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                            io_threads=io_threads, io_engine=v.io_engine, bundled=v.bundled,
                            pipeline=v.pipeline, direct=v.direct, dense_from_rows=0,
                            compute_threads=v.compute_threads, lookahead=v.lookahead,
-                           compiled_plan=v.compiled_plan, io_submit_thread=v.submit_thread,
-                           profile=profile)
+                           compiled_plan=v.compiled_plan, profile=profile)
         engines.append(ffn)
         results.append(VariantResult(v, load_s=time.perf_counter() - t0))
         log(f"bench: built {v.name} in {time.perf_counter() - t0:.1f} s")

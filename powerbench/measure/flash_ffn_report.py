@@ -25,7 +25,6 @@ class Variant:
     # of this recall (= precision; 1.0: the oracle); None: no lookahead
     lookahead_recall: float | None = None
     compiled_plan: bool = True  # the per-call planning in compiled code (else numpy)
-    submit_thread: bool = False  # io_submit from an I/O thread while the caller computes
 
     @property
     def lookahead(self) -> bool:
