@@ -159,8 +159,8 @@ class BenchFlashTask:
     "capped": `model` (e.g. llama_reglu_13b) decoded with its FFN only in the flash file
     under a memory cgroup of `cap_fraction` of the model, against llama.cpp's mmap in the
     same cap, at the model's published sparsity and `sparser_model`'s; plus the
-    Fig. 14-order ablation on `ablation_model` at `ablation_budget` (powerbench.flash.
-    capped_runs). "lookahead_recall": how well layer l's FFN input predicts layer l+1's
+    Fig. 14-order ablation on `ablation_model` at `ablation_budget` (powerbench.measure.
+    flash_capped_runs). "lookahead_recall": how well layer l's FFN input predicts layer l+1's
     active neurons on a real model (`recall_model_dir`). "predict_local": the simulator's
     flash tier against the measured report `predict_report`.
     """
