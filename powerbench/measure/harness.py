@@ -179,6 +179,9 @@ class Report:
     command: str = ""
     measured: bool = True  # False: simulated or computed (solver timings count as measured)
     extra_files: list[Path] = field(default_factory=list)  # e.g. a plot, copied alongside
+    # every row also carries the run's `started` (UTC) and `load_avg_1m_before/after`, for
+    # tables that gather the rows of several runs (e.g. a page listing each configuration)
+    window_columns: bool = False
 
     def row_key(self, row: Mapping[str, Any]) -> str:
         return ".".join(metric_key(row[k]) for k in self.key)
@@ -230,6 +233,7 @@ class Report:
         meta.write_text(json.dumps({
             "study": self.study, "name": self.name, "title": self.title,
             "measured": self.measured, "command": self.command, "params": self.params,
+            "key": list(self.key), "columns": list(self.columns), "metrics": list(self.metrics),
             "machine": asdict(self.machine) if self.machine else None,
             "load": self.load.as_dict() if self.load else None, "notes": self.notes},
             indent=1, default=str))
@@ -290,6 +294,10 @@ def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path
         report.machine = MachineFacts.probe()
     if not report.command:
         report.command = command_line()
+    if report.window_columns and report.load is not None:
+        for row in report.rows:
+            row.update(started=report.load.started, load_avg_1m_before=report.load.load_before,
+                       load_avg_1m_after=report.load.load_after)
     print("\n" + report.text(), flush=True)
     files = report.write(out_dir)
     print(f"\n-> {out_dir / report.name}.csv (.json, .txt)")
@@ -328,10 +336,14 @@ def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[R
     `publish_results`). `measure` returns the report(s) without machine or load."""
     from powerbench.paths import results_dir
 
+    from powerbench.tracking.jobs import sweep_marker
+
     done = finished_before(cfg)
     if done:
         print(f"skipped: this job finished before ({done}); rerun=true (or --force) "
               "measures it again")
+        copy_reports(Path(done).parent, Path(out_dir))
+        sweep_marker("skipped")
         return []
     machine = MachineFacts.probe()
     print(f"machine: {machine.line()}", flush=True)
@@ -344,4 +356,18 @@ def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[R
         files += finish(report, Path(out_dir), getattr(cfg, "tracking", None),
                         results_dir() if publish_results else None)
     mark_finished(cfg, next(p for p in files if p.suffix == ".json"))
+    sweep_marker("finished")
     return reports
+
+
+def copy_reports(earlier: Path, out_dir: Path) -> None:
+    """A skipped job's directory gets the earlier run's report files (<name>.csv/.json/.txt
+    and extra files beside them), so that a sweep's collected table stays complete."""
+    import shutil
+
+    if earlier.resolve() == out_dir.resolve() or not earlier.is_dir():
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path in earlier.iterdir():
+        if path.is_file() and path.suffix in (".csv", ".json", ".txt", ".png"):
+            shutil.copyfile(path, out_dir / path.name)

@@ -112,20 +112,13 @@ class BenchOperatorsTask:
 
 @dataclass
 class BenchSolverTask:
-    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles."""
+    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles: one job per
+    model x hardware x solver cell of a Hydra sweep (`powerbench -m bench-solver`; the
+    grid is the task yaml's `hydra.sweeper.params`), collected into one table."""
 
     _target_: str = "powerbench.tasks.bench_solver.bench_solver"
     name: str = "bench_solver"
-    models: list[str] = field(
-        default_factory=lambda: ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"])
-    hardware: list[str] = field(default_factory=lambda: ["pc_high", "pc_low"])
-    communication: list[str] = field(default_factory=lambda: ["dense", "expected"])
-    solvers: list[str] = field(default_factory=lambda: ["greedy", "ilp"])
-    # overrides for every solver run (conf/solver keys), and for the ILP's runs only
-    solver_overrides: list[str] = field(default_factory=lambda: ["dense_gpu_share=0.5"])
-    ilp_overrides: list[str] = field(default_factory=list)  # e.g. ["group_size=64"]
-    context: int = 2048
-    publish: bool = False  # also write the report into results/solver/
+    publish: bool = False  # also write the (collected) report into results/solver/
 
 
 @dataclass

@@ -135,18 +135,6 @@ def test_validate_task(run_cli, tiny_overrides):
     assert "metrics.sim_error_pct" in runs
 
 
-def test_bench_solver_task(run_cli, tmp_path):
-    run_dir = tmp_path / "bench"
-    run_cli(["bench-solver", "task.models=[opt_13b]", "task.hardware=[pc_low]",
-             "task.communication=[dense]", "task.solvers=[greedy]", f"hydra.run.dir={run_dir}"])
-    out = run_dir / "solver_scale.csv"
-    import pandas as pd
-
-    row = pd.read_csv(out).iloc[0]
-    assert row["model"] == "opt_13b" and row["solver"] == "greedy" and row["solve_time_s"] >= 0
-    assert out.with_suffix(".png").exists()
-
-
 def test_figure_task_without_runs_says_so(run_cli, capsys):
     run_cli(["figure", "fig11"])
     assert "powerbench reproduce fig11" in capsys.readouterr().out
