@@ -335,7 +335,6 @@ def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[R
     inside a load window, then `finish` every report (results/<study>/ when
     `publish_results`). `measure` returns the report(s) without machine or load."""
     from powerbench.paths import results_dir
-
     from powerbench.tracking.jobs import sweep_marker
 
     done = finished_before(cfg)

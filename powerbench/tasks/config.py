@@ -44,14 +44,14 @@ class ValidateTask:
     engines: list[str] = field(default_factory=lambda: ["dense", "sparse_cpu"])
     calibrate: bool = True  # re-measure the CPU rates around the engine rounds
     rounds: int = 12  # engine runs per engine, calibrations before, between and after
-    figure: bool = True  # redraw results/validation_local.* from this batch (needs tracking)
+    figure: bool = True  # draw the figure (measured vs simulated) beside the report
+    publish: bool = False  # also write the report into results/validation/
     # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts
     synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
     synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
-    out: str | None = None  # CSV appended to (None: results/calibration/validation_realsize.csv)
 
 
 @dataclass
@@ -266,7 +266,7 @@ class SensitivityTask:
         "hybrid_roundtrip_us": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
-    validation_batches: int = 11  # last real-size `validate` invocations shown on the page
+    validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown
     page_only: bool = False  # redraw README.md from the CSVs (no simulation)
 
 

@@ -36,6 +36,8 @@ def test_task_words_become_overrides():
         "task=reproduce", "task.targets=[fig12,fig10]", "task.quick=true"]
     assert task_overrides(["reproduce", "--list"]) == ["task=reproduce", "task.list=true"]
     assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
+    assert task_overrides(["-m", "bench-solver", "model=a,b"]) == [
+        "-m", "task=bench_solver", "model=a,b"]
     with pytest.raises(SystemExit, match="unexpected"):
         task_overrides(["validate", "--rounds", "3"])
     assert task_overrides(["validate", "--cfg", "job"]) == ["task=validate", "--cfg", "job"]
@@ -124,15 +126,21 @@ def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_validate_task(run_cli, tiny_overrides):
+def test_validate_task(run_cli, tiny_overrides, tmp_path):
+    run_dir = tmp_path / "validate"
     run_cli(["validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
              "hardware.gemv_dim=512", "hardware.gemm_dim=128", "hardware.repeats=2",
              "hardware.sync_iters=200", "hardware.storage=false", "task.rounds=1", "task.engines=[dense]",
-             "task.calibrate=false", "task.figure=false"])
+             "task.calibrate=false", f"hydra.run.dir={run_dir}"])
     runs = _runs(run_cli.store, "validation_local")
-    assert len(runs) == 1 and runs.iloc[0]["tags.hardware_variant"] == "profile"
-    assert runs.iloc[0]["metrics.sim_decode_tokens_per_s"] > 0
-    assert "metrics.sim_error_pct" in runs
+    assert len(runs) == 1 and runs.iloc[0]["tags.powerbench.study"] == "validation"
+    assert runs.iloc[0]["metrics.dense.profile.sim_decode_tokens_per_s"] > 0
+    assert "metrics.dense.profile.sim_error_pct" in runs
+    assert (run_dir / "validation_local.csv").exists() and (run_dir / "validation_local.png").exists()
+    from powerbench.figures.validation import validation_local
+
+    out = validation_local(run_cli.store, tmp_path / "figure")  # redrawn from the MLflow run
+    assert list(out.table.engine) == ["dense"] and out.png.exists()
 
 
 def test_figure_task_without_runs_says_so(run_cli, capsys):
