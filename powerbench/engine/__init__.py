@@ -1,22 +1,42 @@
 """Inference engines: our decoder loop (dense FFN now, sparse FFNs plug in) and the
 `transformers.generate` baseline, both timed the same way (see `timing`).
 
-Imports need torch (+ transformers for model weights / the baseline) only. The names
-below load on first use, so that a torch-free submodule (`llamacpp`, whose worker
-process must never import torch) imports without them.
+Imports need torch (+ transformers for model weights / the baseline) only.
 """
 
-from powerbench.build import lazy_attributes
+from powerbench.engine.base import Engine, EngineResult
+from powerbench.engine.decoder import Decoder, Generation
+from powerbench.engine.decoder_engine import DecoderEngine
+from powerbench.engine.ffn import FFN, DenseFFN, FFNObserver
+from powerbench.engine.hf_generate import HFGenerateEngine
+from powerbench.engine.kv_cache import KVCache
+from powerbench.engine.observers import ActivationRecorder
+from powerbench.engine.prompts import build_prompt_batch
+from powerbench.engine.run_engine import build_engine, run_engine
+from powerbench.engine.sampling import Sampler, SamplingConfig
+from powerbench.engine.timing import METRIC_NAMES, RunTiming, StepClock
+from powerbench.engine.weights import DecoderWeights, extract_weights
 
-_NAMES = {
-    "Engine": "base", "EngineResult": "base", "Decoder": "decoder", "Generation": "decoder",
-    "DecoderEngine": "decoder_engine", "FFN": "ffn", "DenseFFN": "ffn", "FFNObserver": "ffn",
-    "HFGenerateEngine": "hf_generate", "KVCache": "kv_cache",
-    "ActivationRecorder": "observers", "build_prompt_batch": "prompts",
-    "build_engine": "run_engine", "run_engine": "run_engine", "Sampler": "sampling",
-    "SamplingConfig": "sampling", "METRIC_NAMES": "timing", "RunTiming": "timing",
-    "StepClock": "timing", "DecoderWeights": "weights", "extract_weights": "weights",
-}
-__getattr__ = lazy_attributes(__name__, {k: f"{__name__}.{v}" for k, v in _NAMES.items()})
-
-__all__ = sorted(_NAMES)
+__all__ = [
+    "METRIC_NAMES",
+    "ActivationRecorder",
+    "Decoder",
+    "DecoderEngine",
+    "DecoderWeights",
+    "DenseFFN",
+    "Engine",
+    "EngineResult",
+    "FFN",
+    "FFNObserver",
+    "Generation",
+    "HFGenerateEngine",
+    "KVCache",
+    "RunTiming",
+    "Sampler",
+    "SamplingConfig",
+    "StepClock",
+    "build_engine",
+    "build_prompt_batch",
+    "extract_weights",
+    "run_engine",
+]

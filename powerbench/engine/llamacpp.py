@@ -13,11 +13,11 @@ our decoder's precision.
 
 llama.cpp segfaults in `eval` when torch was imported first in the same process (both
 bring their own OpenMP runtime), so `LlamaCppProcess` runs `LlamaCppRunner` in a child
-Python that never imports torch: a `WorkerProcess`, `python -c` importing the module-level
-function `llamacpp_worker` (no script entry point), which `serve`s JSON lines over the
-child's stdin/stdout. Importing this module imports neither torch, llama_cpp nor gguf
-(nor does its package: `powerbench.engine` loads its torch parts on first use); they are
-imported when used.
+Python that never imports torch: a `WorkerProcess`, `python -c` loading THIS FILE ALONE
+(not its package: `powerbench.engine` imports torch) and calling the module-level
+function `llamacpp_worker`, which `serve`s JSON lines over the child's stdin/stdout; no
+script entry point. So this file imports only the standard library at module level (a
+test keeps it so): torch, llama_cpp and gguf are imported where used.
 """
 
 from __future__ import annotations
@@ -252,25 +252,28 @@ class LlamaCppRunner:
 # ---- the torch-free child process ------------------------------------------------------
 
 _MARK = "@@powerbench-llamacpp "
-LLAMACPP_WORKER = "powerbench.engine.llamacpp:llamacpp_worker"
+# the child's program: `source` loaded alone as a module, then `function(args)`
+CHILD = ("import importlib.util as u, sys; s = u.spec_from_file_location('powerbench_worker', "
+         "sys.argv[1]); m = sys.modules[s.name] = u.module_from_spec(s); "
+         "s.loader.exec_module(m); sys.exit(getattr(m, sys.argv[2])(sys.argv[3:]))")
 
 
 class WorkerProcess:
-    """A child Python serving `generate` over JSON lines: `python -c` imports `target`
-    ("module:function") and exits with `function(args)`, which builds a runner and
-    `serve`s it. The same `generate` API as `LlamaCppRunner`."""
+    """A child Python serving `generate` over JSON lines: `python -c` loads `source` (a
+    module file whose module-level imports its package must not make: here the standard
+    library only) and exits with `function(args)`, which builds a runner and `serve`s it.
+    The same `generate` API as `LlamaCppRunner`."""
 
-    def __init__(self, target: str, args: Sequence[str], name: str = "worker",
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(self, source: Path | str, function: str, args: Sequence[object],
+                 name: str = "worker", preexec_fn: Callable[[], None] | None = None) -> None:
         """`preexec_fn`: run in the child before it starts Python (e.g. joining a memory
         cgroup, so that everything the child maps is charged there)."""
-        module, _, function = target.partition(":")
-        if not (module and function.isidentifier()):
-            raise ValueError(f"worker target {target!r}: expected 'module:function'")
+        if not function.isidentifier():
+            raise ValueError(f"worker function {function!r}: expected a function name")
         self.name = name
-        code = f"import sys; from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *map(str, args)],
+            [sys.executable, "-c", CHILD, str(Path(source).resolve()), function,
+             *map(str, args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, preexec_fn=preexec_fn)
         self._call({"cmd": "ping"})
@@ -324,7 +327,7 @@ class LlamaCppProcess(WorkerProcess):
                               "`pip install '.[llamacpp]'` (or `make llamacpp`)")
         self.path = Path(gguf_path)
         self.threads = threads
-        super().__init__(LLAMACPP_WORKER, [self.path, threads, n_ctx],
+        super().__init__(__file__, "llamacpp_worker", [self.path, threads, n_ctx],
                          f"llama.cpp worker for {self.path.name}", preexec_fn)
 
 

@@ -1,10 +1,10 @@
-"""A stand-in for llama.cpp in the worker process (tests/engine/test_llamacpp_worker.py):
-answers `generate` with the prompt reversed, and token 1 when torch got imported."""
+"""A stand-in for llama.cpp in the worker process (tests/engine/test_llamacpp_worker.py),
+loaded alone by the child like powerbench/engine/llamacpp.py: answers `generate` with the
+prompt reversed and the child's pid."""
 
 from __future__ import annotations
 
 import os
-import sys
 
 from powerbench.engine.llamacpp import LlamaCppTiming, serve
 
@@ -17,8 +17,7 @@ class EchoRunner:
     def generate(self, prompt: list[int], new_tokens: int) -> tuple[list[int], LlamaCppTiming]:
         if new_tokens < 1:
             raise ValueError("new_tokens must be >= 1")
-        torch_loaded = int("torch" in sys.modules)
-        tokens = [*reversed(prompt), torch_loaded, os.getpid()][:new_tokens + 2]
+        tokens = [*reversed(prompt), os.getpid()]
         return tokens, LlamaCppTiming(prefill_s=0.5, step_s=[0.25] * (new_tokens - 1))
 
 
