@@ -182,6 +182,9 @@ class Report:
     # every row also carries the run's `started` (UTC) and `load_avg_1m_before/after`, for
     # tables that gather the rows of several runs (e.g. a page listing each configuration)
     window_columns: bool = False
+    # "module.function" drawing the table, f(frame, png_path): `finish` draws <name>.png
+    # beside the CSV (and a sweep's collected report draws it again from all the rows)
+    figure: str = ""
 
     def row_key(self, row: Mapping[str, Any]) -> str:
         return ".".join(metric_key(row[k]) for k in self.key)
@@ -234,6 +237,7 @@ class Report:
             "study": self.study, "name": self.name, "title": self.title,
             "measured": self.measured, "command": self.command, "params": self.params,
             "key": list(self.key), "columns": list(self.columns), "metrics": list(self.metrics),
+            "figure": self.figure,
             "machine": asdict(self.machine) if self.machine else None,
             "load": self.load.as_dict() if self.load else None, "notes": self.notes},
             indent=1, default=str))
@@ -301,6 +305,8 @@ def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path
     print("\n" + report.text(), flush=True)
     files = report.write(out_dir)
     print(f"\n-> {out_dir / report.name}.csv (.json, .txt)")
+    if report.figure:
+        report.extra_files.append(draw_figure(report, out_dir / f"{report.name}.png"))
     if publish_to is not None:
         from powerbench.measure.publish import publish
 
@@ -311,6 +317,15 @@ def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path
         if tracker.enabled and tracker.run_id:
             print(f"MLflow run {tracker.run_id} in experiment '{tracker.experiment}'")
     return files
+
+
+def draw_figure(report: Report, png: Path) -> Path:
+    """`report.figure` (a dotted path to f(frame, png_path)) drawn from its rows."""
+    import pandas as pd
+    from hydra.utils import get_method
+
+    get_method(report.figure)(pd.DataFrame(report.rows), png)
+    return png
 
 
 def finished_before(cfg: Any) -> str | None:

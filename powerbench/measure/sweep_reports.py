@@ -1,13 +1,14 @@
 """A Hydra multirun's reports collected into one table: the harness across a sweep.
 
-Each job of `powerbench -m <benchmark task> model=a,b solver=x,y ...` measures one cell
+Each job of `powerbench -m <benchmark task> model=a,b solver=x,y ...` measures its cell
 and reports it through the harness in its own directory (`<sweep dir>/<job>/<name>.csv`
-and `.json`). `CollectReports`, a Hydra callback that the task's yaml sets under
-`hydra.callbacks`, reads them all when the sweep ends and finishes ONE report of every
-job's rows in the sweep directory: one printed table, one CSV/JSON/txt, one MLflow run
-(tagged `sweep`), and results/<study>/ when the sweep ran with `task.publish=true`. A
-job skipped because it finished before leaves the earlier run's files in its directory
-(`harness.copy_reports`), so a re-run sweep still collects the whole grid.
+and `.json`). `CollectReports`, a Hydra callback (conf/config.yaml), reads them when the
+sweep ends and finishes ONE report per report name that several jobs wrote, with every
+job's rows, in the sweep directory: one printed table, one CSV/JSON/txt (and the report's
+figure), one MLflow run (tagged `sweep`), and results/<study>/ when the sweep ran with
+`task.publish=true`. A job skipped because it finished before leaves the earlier run's
+files in its directory (`harness.copy_reports`), so a re-run sweep still collects the
+whole grid. Sweeps of other tasks (no harness reports) are left alone.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def load_report(meta_path: Path) -> Report:
                   columns=meta.get("columns", []), notes=meta.get("notes", []),
                   params=meta.get("params", {}), measured=meta.get("measured", True),
                   machine=MachineFacts(**meta["machine"]) if meta.get("machine") else None,
-                  load=LoadWindow(**load) if load else None)
+                  load=LoadWindow(**load) if load else None, figure=meta.get("figure", ""),
+                  window_columns=False)
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
@@ -62,42 +64,51 @@ def merge_reports(reports: Sequence[Report]) -> Report:
                   columns=[c for c in columns if c in present],
                   notes=list(dict.fromkeys(n for r in reports for n in r.notes)),
                   params={"jobs": [r.params for r in reports]}, machine=first.machine,
-                  load=load, measured=first.measured)
+                  load=load, measured=first.measured, figure=first.figure)
 
 
-def job_reports(sweep_dir: Path, name: str) -> list[Path]:
-    """Every job's `<name>.json` in a sweep directory, in job order."""
-    found = [p for p in Path(sweep_dir).glob(f"*/{name}.json") if p.parent.name.isdigit()]
-    return sorted(found, key=lambda p: int(p.parent.name))
+def job_reports(sweep_dir: Path) -> dict[str, list[Path]]:
+    """Every job's harness report (`<job>/<name>.json` with a study) in a sweep
+    directory, by report name, in job order."""
+    found: dict[str, list[Path]] = {}
+    jobs = sorted((p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()),
+                  key=lambda p: int(p.name)) if Path(sweep_dir).is_dir() else []
+    for job in jobs:
+        for meta in sorted(job.glob("*.json")):
+            try:
+                content = json.loads(meta.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(content, dict) and {"study", "name", "key"} <= content.keys() \
+                    and meta.with_suffix(".csv").is_file():
+                found.setdefault(meta.stem, []).append(meta)
+    return found
+
+
+def collect(sweep_dir: Path, tracking: Any = None, publish_to: Path | None = None
+            ) -> list[Report]:
+    """Each report name that two or more jobs of the sweep wrote, merged and finished in
+    `sweep_dir` (MLflow through `tracking`, results/ under `publish_to` when given)."""
+    collected = []
+    for paths in job_reports(sweep_dir).values():
+        if len(paths) < 2:
+            continue
+        report = merge_reports([load_report(p) for p in paths])
+        report.title = f"{report.title} ({len(paths)} jobs of one sweep)"
+        finish(report, Path(sweep_dir), tracking, publish_to, tags={"sweep": "true"})
+        collected.append(report)
+    return collected
 
 
 class CollectReports(Callback):
-    """On a multirun's end: the jobs' `name` reports merged and finished as one
-    (`figure`: a dotted path to `f(frame, png_path)` drawing the merged table)."""
+    """On a multirun's end: `collect` the jobs' harness reports (see the module doc)."""
 
-    def __init__(self, name: str, figure: str | None = None) -> None:
-        self.name = name
-        self.figure = figure
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> Report | None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from powerbench.config import typed
         from powerbench.paths import results_dir
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        paths = job_reports(sweep_dir, self.name)
-        if not paths:
-            print(f"no {self.name} reports in {sweep_dir}: nothing to collect")
-            return None
-        report = merge_reports([load_report(p) for p in paths])
-        report.title = f"{report.title} ({len(paths)} jobs of one sweep)"
-        if self.figure:
-            import pandas as pd
-            from hydra.utils import get_method
-
-            png = sweep_dir / f"{self.name}.png"
-            get_method(self.figure)(pd.DataFrame(report.rows), png)
-            report.extra_files = [png]
+        if not job_reports(sweep_dir):
+            return
         publish = bool(OmegaConf.select(config, "task.publish", default=False))
-        finish(report, sweep_dir, typed(config.tracking), results_dir() if publish else None,
-               tags={"sweep": "true"})
-        return report
+        collect(sweep_dir, typed(config.tracking), results_dir() if publish else None)

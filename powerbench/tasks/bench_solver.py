@@ -13,9 +13,9 @@ variant (`expected`):
     powerbench bench-solver model=opt_66b hardware=pc_low solver=ilp   # one cell
 
 Each job reports its row through the measurement harness (study `solver`) in its own
-directory; at the sweep's end `powerbench.measure.sweep_reports.CollectReports` (set in
-the task's yaml) collects the jobs into one table, CSV and plot in the sweep directory
-and one MLflow run; `task.publish=true` writes that table into results/solver/. A re-run
+directory; at the sweep's end `powerbench.measure.sweep_reports.CollectReports` (a Hydra
+callback) collects the jobs into one table, CSV and plot in the sweep directory and one
+MLflow run; `task.publish=true` writes that table into results/solver/. A re-run
 of the sweep skips finished jobs and still collects the whole grid.
 
 Weights are fp16 where the model fits the machine (GPU + CPU), else int4, as PowerInfer
@@ -146,5 +146,6 @@ def measure_solver(cfg: PowerbenchConfig) -> Report:
         metrics=("solve_time_s", "objective", "solver_gap", "bound_gap",
                  "gpu_neuron_load_share", "cl_violations"),
         title="placement solvers at paper scale (synthetic profiles)",
+        figure="powerbench.tasks.bench_solver.plot",
         params={"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
                 "solver": as_container(cfg.solver)})

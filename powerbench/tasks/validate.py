@@ -77,18 +77,13 @@ def validation_row(v: EngineValidation, context: dict[str, Any]) -> dict[str, An
             "cpu_attention_gflops": (hw.cpu.effective_attention_flops or 0) / 1e9}
 
 
-def validation_report(name: str, title: str, rows: list[dict[str, Any]], out_dir: Path,
-                      figure: bool, **fields: Any) -> Report:
+def validation_report(name: str, title: str, rows: list[dict[str, Any]], figure: bool,
+                      **fields: Any) -> Report:
     """The harness report of one `validate` invocation (both modes), with its figure."""
-    report = Report(study=STUDY, name=name, rows=rows, key=("engine", "hardware_variant"),
-                    title=title, metrics=METRICS, columns=SHOWN, **fields)
-    if figure:
-        import pandas as pd
-
-        from powerbench.figures.validation import plot_validation
-
-        report.extra_files = [plot_validation(pd.DataFrame(rows), out_dir / f"{name}.png")]
-    return report
+    return Report(study=STUDY, name=name, rows=rows, key=("engine", "hardware_variant"),
+                  title=title, metrics=METRICS, columns=SHOWN,
+                  figure="powerbench.figures.validation.plot_validation" if figure else "",
+                  **fields)
 
 
 def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
@@ -96,11 +91,10 @@ def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[R
         from powerbench.tasks.validate_synthetic import validate_synthetic
 
         return validate_synthetic(task, cfg, out_dir)
-    return run_benchmark(cfg, out_dir, lambda: measure_model(task, cfg, Path(out_dir)),
-                         task.publish)
+    return run_benchmark(cfg, out_dir, lambda: measure_model(task, cfg), task.publish)
 
 
-def measure_model(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> Report:
+def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     """The experiment's model (trained weights) in our engines vs their twins."""
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
@@ -135,7 +129,7 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> R
         f"simulated twins on hardware=local ({bench.threads or 'all'} thread(s), batch "
         f"{bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, "
         f"{task.rounds} rounds x {bench.repeats} repeats)",
-        [validation_row(v, context) for v in results], out_dir, task.figure,
+        [validation_row(v, context) for v in results], task.figure,
         params={"model": loaded.spec.name, "engines": list(task.engines),
                 "predictor": as_container(cfg.predictor) if cfg.predictor else None,
                 "solver": cfg.solver.name if cfg.solver else None,

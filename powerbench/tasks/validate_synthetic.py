@@ -82,11 +82,10 @@ def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path)
     if getattr(cfg.tracking, "experiment", None) == "validation_local":  # not its figure
         cfg = dataclasses.replace(cfg, tracking=dataclasses.replace(cfg.tracking,
                                                                     experiment=EXPERIMENT))
-    return run_benchmark(cfg, out_dir, lambda: measure_synthetic(task, cfg, Path(out_dir)),
-                         task.publish)
+    return run_benchmark(cfg, out_dir, lambda: measure_synthetic(task, cfg), task.publish)
 
 
-def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> Report:
+def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     import torch
 
     from powerbench.tasks.inputs import synthetic_inputs
@@ -130,7 +129,7 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) 
         name, f"validate, {spec.name} shape (SYNTHETIC weights), {task.dtype}, "
         f"{spec.n_layers} of {full.n_layers} layers, {bench.threads or 'all'} thread(s): "
         f"measured vs simulated on hardware=local ({task.rounds} interleaved rounds x "
-        f"{bench.repeats} repeat(s))", [validation_row(v, context) for v in results], out_dir,
+        f"{bench.repeats} repeat(s))", [validation_row(v, context) for v in results],
         task.figure, window_columns=True,
         params={**context, "engines": list(task.engines), "bench": as_container(bench),
                 "task": as_container(task)},

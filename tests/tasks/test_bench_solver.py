@@ -25,13 +25,14 @@ def test_one_cell_without_multirun(run_cli, tmp_path):
     assert row["model"] == "opt_13b" and row["hardware"] == "pc_low"
     assert row["solver"] == "greedy" and row["solve_time_s"] >= 0
     assert row["dense_gpu_share"] == 0.5  # the task yaml's solver setting reached the solver
+    assert (tmp_path / "one" / "solver_scale.png").exists()
 
 
 def test_sweep_is_collected_into_one_table_and_rerun_skips(run_cli, tmp_path, capsys):
     sweep = tmp_path / "sweep"
     argv = ["-m", "bench-solver", *GRID, f"hydra.sweep.dir={sweep}"]
     run_cli(argv)
-    assert len(job_reports(sweep, "solver_scale")) == 4  # one report per job
+    assert len(job_reports(sweep)["solver_scale"]) == 4  # one report per job
     table = pd.read_csv(sweep / "solver_scale.csv")
     assert sorted(zip(table.hardware, table.communication, strict=True)) == [
         ("pc_high", "dense"), ("pc_high", "expected"), ("pc_low", "dense"),
