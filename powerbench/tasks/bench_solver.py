@@ -21,13 +21,12 @@ of the sweep skips finished jobs and still collects the whole grid.
 Weights are fp16 where the model fits the machine (GPU + CPU), else int4, as PowerInfer
 evaluates its largest models. Dense parts get `solver.dense_gpu_share` 0.5 of the GPU (the
 task's yaml): with PowerInfer's dense-first loader (1.0) these models leave the FFN almost
-no GPU memory and the ILP is trivial. The machine's load average is recorded per row: on a
-shared 2-core machine timings are noisy.
+no GPU memory and the ILP is trivial. Each row carries its job's start (UTC) and load
+average (the harness's window): on a shared 2-core machine timings are noisy.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -57,8 +56,7 @@ def run_one(spec, profile, hw, dtype: str, solver_cfg) -> dict:
     row = {"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
            "solver": solver_cfg.name, "communication": str(solver_cfg.communication),
            "dense_gpu_share": solver_cfg.dense_gpu_share, "layers": spec.n_layers,
-           "neurons_per_layer": spec.neurons_per_layer,
-           "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+           "neurons_per_layer": spec.neurons_per_layer}
     start = time.perf_counter()
     try:
         p = solve(solver_cfg, spec, profile, hw, weight_dtype=dtype)
@@ -81,7 +79,6 @@ def run_one(spec, profile, hw, dtype: str, solver_cfg) -> dict:
         gpu_neuron_load_share=round(metrics["gpu_neuron_load_share"], 5),
         cl_min=int(p.min_gpu_neurons.min()), cl_max=int(p.min_gpu_neurons.max()),
         cl_violations=p.cl_violations,
-        load_avg_1m_after=round(os.getloadavg()[0], 2),
     )
     return row
 
@@ -142,10 +139,10 @@ def measure_solver(cfg: PowerbenchConfig) -> Report:
     return Report(
         study="solver", name="solver_scale", rows=[row],
         key=("model", "hardware", "solver", "communication"),
-        columns=[c for c in SHOWN if c in row],
+        columns=[c for c in SHOWN if c in row or c == "load_avg_1m_before"],  # stamped later
         metrics=("solve_time_s", "objective", "solver_gap", "bound_gap",
                  "gpu_neuron_load_share", "cl_violations"),
         title="placement solvers at paper scale (synthetic profiles)",
-        figure="powerbench.tasks.bench_solver.plot",
+        figure="powerbench.tasks.bench_solver.plot", window_columns=True,
         params={"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
                 "solver": as_container(cfg.solver)})

@@ -41,6 +41,8 @@ class ValidateTask:
 
     _target_: str = "powerbench.tasks.validate.validate"
     name: str = "validate"
+    # synthetic weights only: `dense` and sparse backends measured side by side (with the
+    # trained model the engine is the `engine` group: powerbench -m validate engine=a,b)
     engines: list[str] = field(default_factory=lambda: ["dense", "sparse_cpu"])
     calibrate: bool = True  # re-measure the CPU rates around the engine rounds
     rounds: int = 12  # engine runs per engine, calibrations before, between and after

@@ -1,20 +1,27 @@
 """`powerbench validate`: measured engines vs their simulated twins on `hardware=local`.
 
-For each engine in `task.engines` (default `dense` and `sparse_cpu`) on the experiment's
-model (default `tiny_relu`): measure it in `task.rounds` rounds with calibrations of the
-local profile's CPU rates before, between and after them, and simulate its twin (see
-powerbench.measure.twin) with the profile as cached (`profile`) and as re-measured around
-the rounds (`calibrated`). conf/task/validate.yaml sets the defaults: hardware=local,
-solver=all_cpu, predictor=fixed (sparse engines), bench.repeats=3, experiment
-`validation_local`. With `task.synthetic_model=<model>` (e.g. opt_6_7b) it validates
-real-size shapes with SYNTHETIC weights instead: powerbench.tasks.validate_synthetic.
+The experiment's engine (`engine=`, default dense) on its model (default `tiny_relu`):
+measured in `task.rounds` rounds with calibrations of the local profile's CPU rates
+before, between and after them, and its twin simulated (see powerbench.measure.twin) with
+the profile as cached (`profile`) and as re-measured around the rounds (`calibrated`).
+The engines to compare are a Hydra sweep, each a typed `engine` option:
+
+    powerbench -m validate                          # dense and sparse_cpu (the task yaml)
+    powerbench -m validate engine=dense,sparse_cpu bench.threads=1,2
+    powerbench validate engine=sparse_cpu           # one engine
+
+conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu, predictor=fixed
+(sparse engines), bench.repeats=3, experiment `validation_local`. With
+`task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
+SYNTHETIC weights instead, `task.engines` side by side: powerbench.tasks.validate_synthetic.
 
 Reports through the measurement harness (study `validation`): one row per engine and
 hardware variant (measured, simulated, errors, the rates the twin was given), the table,
 CSV/JSON/txt and the figure (`validation_local.png`, powerbench.figures.validation) in the
-run directory, one MLflow run with `<engine>.<variant>.<column>` metrics; a re-run of the
-same config is skipped (`rerun=true` measures again); `task.publish=true` also writes
-results/validation/.
+run directory, one MLflow run with `<engine>.<variant>.<column>` metrics; a sweep's jobs
+are collected into one such report in the sweep directory (powerbench.measure.
+sweep_reports); a re-run of the same config is skipped (`rerun=true` measures again);
+`task.publish=true` also writes results/validation/.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 
 import torch
 
-from powerbench.config import PowerbenchConfig, as_container, group_config
+from powerbench.config import PowerbenchConfig, as_container
 from powerbench.engine.base import TORCH_DTYPES
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
@@ -113,25 +120,25 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
 
     placement = solve(cfg.solver, loaded.spec, profile, local,
                       weight_dtype=cfg.model.weight_dtype)
-    results: list[EngineValidation] = []
-    for name in task.engines:
-        engine_cfg = group_config("engine", name)
-        predictor = engine_predictor(cfg, name)
-        predictors = (build_predictors(predictor, loaded, profile, cache)
-                      if predictor is not None else None)
-        results += validate_engine(engine_cfg, loaded, split.heldout, bench, profile,
-                                   placement, local, predictors,
-                                   calibrate=recalibrate if task.calibrate else None,
-                                   rounds=task.rounds)
+    if cfg.engine is None:
+        raise ValueError("validate needs an engine: engine=dense|sparse_cpu|... (or sweep "
+                         "them: powerbench -m validate engine=dense,sparse_cpu)")
+    predictor = engine_predictor(cfg, cfg.engine.name)
+    predictors = (build_predictors(predictor, loaded, profile, cache)
+                  if predictor is not None else None)
+    results = validate_engine(cfg.engine, loaded, split.heldout, bench, profile, placement,
+                              local, predictors,
+                              calibrate=recalibrate if task.calibrate else None,
+                              rounds=task.rounds)
     context = {"model": loaded.spec.name, "weights": "trained", "dtype": cfg.model.dtype}
     return validation_report(
-        "validation_local", f"validate, {loaded.spec.name}: measured engines vs their "
+        "validation_local", f"validate, {loaded.spec.name}: measured engine(s) vs their "
         f"simulated twins on hardware=local ({bench.threads or 'all'} thread(s), batch "
         f"{bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, "
         f"{task.rounds} rounds x {bench.repeats} repeats)",
         [validation_row(v, context) for v in results], task.figure,
-        params={"model": loaded.spec.name, "engines": list(task.engines),
-                "predictor": as_container(cfg.predictor) if cfg.predictor else None,
+        params={"model": loaded.spec.name, "engine": as_container(cfg.engine),
+                "predictor": as_container(predictor) if predictor else None,
                 "solver": cfg.solver.name if cfg.solver else None,
                 "bench": as_container(bench), "task": as_container(task)},
         notes=["profile: the twin fed the cached `local` hardware profile; calibrated: its "
