@@ -71,6 +71,7 @@ class MachineFacts:
     system: str
     python: str
     torch: str
+    gpu: str = ""  # the CUDA device torch sees ("" without one)
 
     @classmethod
     def probe(cls) -> MachineFacts:
@@ -78,16 +79,17 @@ class MachineFacts:
             import torch
 
             torch_version = torch.__version__
+            gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
         except ImportError:  # the harness itself needs no torch
-            torch_version = "none"
+            torch_version, gpu = "none", ""
         return cls(cpu_model=cpu_model(), cpus=usable_cpus(), isa=best_isa(),
                    memory_gb=round(meminfo().get("MemTotal", 0) / 2**30, 1),
                    system=f"{platform.system()} {platform.release()}",
-                   python=platform.python_version(), torch=torch_version)
+                   python=platform.python_version(), torch=torch_version, gpu=gpu)
 
     def line(self) -> str:
         return (f"{self.cpu_model}, {self.cpus} CPU(s), {self.isa}, {self.memory_gb:g} GiB, "
-                f"torch {self.torch}")
+                + (f"{self.gpu}, " if self.gpu else "") + f"torch {self.torch}")
 
 
 def utc_now() -> str:

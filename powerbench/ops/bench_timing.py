@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+CUDA_FLUSH_MB = 512
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
@@ -28,7 +30,13 @@ class Timer:
     def __init__(self, device: str, policy: TimingPolicy) -> None:
         self.device = device
         self.policy = policy
-        n = policy.flush_mb * 2**20 // 4
+        # On a GPU the flush also keeps the device busy while the host enqueues the timed
+        # call, so the events time the GPU's work, not the host's launch path (a decode loop
+        # whose host runs ahead, or a CUDA graph, hides that path the same way): at least
+        # CUDA_FLUSH_MB (~0.2 ms of writes on an H100, ten times its L2).
+        mb = max(policy.flush_mb, CUDA_FLUSH_MB) if device == "cuda" and policy.flush_mb else \
+            policy.flush_mb
+        n = mb * 2**20 // 4
         self._flush = torch.ones(n, device=device) if n else None
 
     def _flush_cache(self) -> None:
