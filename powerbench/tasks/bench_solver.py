@@ -113,8 +113,11 @@ SHOWN = ("model", "hardware", "weight_dtype", "solver", "communication", "ffn_bu
 
 
 def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
-    publish = task.publish and not in_multirun()  # a sweep publishes its collected table
-    return run_benchmark(cfg, out_dir, lambda: measure_solver(cfg), publish)
+    if task.publish and not in_multirun():  # one cell would replace the grid's page
+        raise ValueError("task.publish=true publishes the whole grid: run it as a sweep, "
+                         "powerbench -m bench-solver task.publish=true")
+    # the jobs of a sweep never publish: their collected report does (sweep_reports)
+    return run_benchmark(cfg, out_dir, lambda: measure_solver(cfg))
 
 
 def in_multirun() -> bool:

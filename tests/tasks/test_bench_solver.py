@@ -4,6 +4,7 @@ jobs the harness collects into one table."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from powerbench.measure.sweep_reports import job_reports, load_report, merge_reports
 
@@ -26,6 +27,12 @@ def test_one_cell_without_multirun(run_cli, tmp_path):
     assert row["solver"] == "greedy" and row["solve_time_s"] >= 0
     assert row["dense_gpu_share"] == 0.5  # the task yaml's solver setting reached the solver
     assert (tmp_path / "one" / "solver_scale.png").exists()
+
+
+def test_one_cell_is_not_published_over_the_grid(run_cli, capsys):
+    with pytest.raises(SystemExit):
+        run_cli(["bench-solver", *CELL, "solver=greedy", "task.publish=true"])
+    assert "powerbench -m bench-solver task.publish=true" in capsys.readouterr().err
 
 
 def test_sweep_is_collected_into_one_table_and_rerun_skips(run_cli, tmp_path, capsys):
