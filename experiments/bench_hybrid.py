@@ -14,7 +14,6 @@ the page results/hybrid_gpu/hybrid_<model>.md. Needs a CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -25,19 +24,13 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile  # noqa: E402
-from powerbench.measure.harness import LoadWindow, Report, finish  # noqa: E402
-from powerbench.measure.hybrid_bench import HybridBenchConfig, measure  # noqa: E402
+from powerbench.measure.harness import LoadWindow, finish  # noqa: E402
+from powerbench.measure.hybrid_bench import HybridBenchConfig, hybrid_report, local_profile  # noqa: E402
 from powerbench.model.spec import ModelSpec, SparsityStats  # noqa: E402
 
-COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
-           "sim_error_pct", "speedup_vs_dense",
-           "speedup_vs_layer_offload", "gpu_neuron_load_share", "gpu_part_ms_per_call",
-           "cpu_part_ms_per_call", "ffn_us_per_call", "overlap_saved_ms_per_call")
 
-
-def model_spec(name: str, layers: int) -> tuple[ModelSpec, ModelSpec]:
-    """(the full model's spec, the spec with `layers` layers) from conf/model/<name>.yaml."""
+def model_spec(name: str) -> ModelSpec:
+    """The model's spec (shapes, published sparsity) from conf/model/<name>.yaml."""
     path = ROOT / "conf" / "model" / f"{name}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in path.parent.glob("*.yaml")
@@ -47,23 +40,8 @@ def model_spec(name: str, layers: int) -> tuple[ModelSpec, ModelSpec]:
     if not node.get("spec"):
         raise SystemExit(f"--model {name} has no `spec` section (shapes)")
     stats = node.get("stats")
-    full = ModelSpec(name=name, hf_id=node.get("hf_id"),
+    return ModelSpec(name=name, hf_id=node.get("hf_id"),
                      stats=SparsityStats(**stats) if stats else None, **node["spec"])
-    return full, dataclasses.replace(full, n_layers=min(layers, full.n_layers))
-
-
-def local_profile(cfg: HybridBenchConfig, out_dir: Path):
-    """This machine's `local` hardware profile (microbenchmarks: HBM, PCIe, launch and sync
-    latency, the CPU's memory bandwidth and our kernels' rates at the CPU part's threads),
-    measured now and written beside the results."""
-    from powerbench.hardware.config import LocalHardwareConfig
-    from powerbench.measure.local_kernels import load_local
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return load_local(LocalHardwareConfig(
-        remeasure=True, cache_file=str(out_dir / "local_profile.json"), storage=False,
-        threads=[1, cfg.cpu_threads], kernel_threads=[cfg.cpu_threads],
-        kernel_dtypes=[cfg.dtype]))
 
 
 def portable_args(argv: list[str]) -> list[str]:
@@ -102,29 +80,15 @@ def main() -> int:
                             batch=args.batch, prompt_tokens=args.prompt_tokens,
                             new_tokens=args.new_tokens, rounds=args.rounds,
                             cpu_threads=args.threads)
-    full, spec = model_spec(args.model, args.layers)
-    profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
-    weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
-                                        device="cuda")
-    hardware = None if args.no_simulate else local_profile(cfg, args.out_dir)
+    full = model_spec(args.model)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    hardware = (None if args.no_simulate else
+                local_profile(cfg, str(args.out_dir / "local_profile.json")))
     with LoadWindow() as load:
-        rows = measure(weights, spec, profile, cfg, hardware=hardware)
-    report = Report(
-        study="hybrid_gpu", name=f"hybrid_{args.model}", rows=rows, key=("system",),
-        title=f"engine=hybrid vs layer offload, {args.model} shape ({spec.n_layers} of "
-              f"{full.n_layers} layers), {cfg.dtype}, batch {cfg.batch}",
-        columns=COLUMNS, load=load,
-        params={"model": args.model, **cfg.__dict__},
-        command="PYTHONPATH=. python3 experiments/bench_hybrid.py " + " ".join(
-            shlex.quote(a) for a in portable_args(sys.argv[1:])),
-        notes=["SYNTHETIC weights of the real shapes: only speed is meaningful; active sets "
-               "replayed from the synthetic profile (an exact, free predictor).",
-               "Attention, KV cache and LM head on the GPU in every row; the rows differ in "
-               "where the FFN runs. ffn_us_per_call is the FFN call's host wall time (for "
-               "all-GPU rows the launch cost only: the GPU runs asynchronously).",
-               "sim_*: the cost model (simulated) for the same run on this machine's `local` "
-               "profile, measured by microbenchmarks just before (HBM and PCIe bandwidth, "
-               "launch and sync latency, CPU memory bandwidth and kernel rates)."])
+        report = hybrid_report(full, cfg, hardware)
+    report.load = load
+    report.command = "PYTHONPATH=. python3 experiments/bench_hybrid.py " + " ".join(
+        shlex.quote(a) for a in portable_args(sys.argv[1:]))
     finish(report, args.out_dir, publish_to=args.results_dir if args.publish else None)
     return 0
 

@@ -56,6 +56,7 @@ TASKS = {
     "bench-flash": "flash-offloaded FFN vs in DRAM (PowerInfer-2)",
     "bench-threshold": "CATS threshold sparsity on SmolLM2 vs llama.cpp",
     "hybrid-local": "engine=hybrid measured on a GPU + its twin",
+    "bench-hybrid": "engine=hybrid vs layer offload on a GPU, real-size shape + twin",
     "figure": "figures redrawn from MLflow runs",
     "reproduce": "paper figures: sweep, figure, reproduction.md (--list, --quick)",
     "sync": "upload runs queued while the tracking server was down",

@@ -38,6 +38,7 @@ from torch import Tensor
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.hybrid import HybridFFN
 from powerbench.measure.decode_bench import generate_timed, run_decode_bench
+from powerbench.measure.harness import Report
 from powerbench.model.spec import ModelSpec
 from powerbench.solver.placement import GPU, DeviceBytes, Placement
 
@@ -226,3 +227,52 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
                                           if split else float("nan")),
             "rounds": cfg.rounds, "cpu_threads": row.threads, "batch": cfg.batch})
     return rows
+
+
+COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
+           "sim_error_pct", "speedup_vs_dense", "speedup_vs_layer_offload",
+           "gpu_neuron_load_share", "gpu_part_ms_per_call", "cpu_part_ms_per_call",
+           "ffn_us_per_call", "overlap_saved_ms_per_call")
+NOTES = [
+    "SYNTHETIC weights of the real shapes: only speed is meaningful; active sets replayed "
+    "from the synthetic profile (an exact, free predictor).",
+    "Attention, KV cache and LM head on the GPU in every row; the rows differ in where the "
+    "FFN runs. ffn_us_per_call is the FFN call's host wall time (for all-GPU rows the launch "
+    "cost only: the GPU runs asynchronously).",
+    "sim_*: the cost model (simulated) for the same run on this machine's `local` profile, "
+    "measured by microbenchmarks just before (HBM and PCIe bandwidth, GPU GEMM FLOP/s, launch "
+    "and sync latency, CPU memory bandwidth and our CPU kernels' rates)."]
+
+
+def local_profile(cfg: HybridBenchConfig, cache_file: str) -> Any:
+    """This machine's `local` hardware profile, measured now (GPU included; our CPU kernels
+    at the CPU part's dtype and thread count) and kept in `cache_file`."""
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.measure.local_kernels import load_local
+
+    return load_local(LocalHardwareConfig(
+        remeasure=True, cache_file=cache_file, storage=False, threads=[1, cfg.cpu_threads],
+        kernel_threads=[cfg.cpu_threads], kernel_dtypes=[cfg.dtype]))
+
+
+def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None) -> Report:
+    """The benchmark on `cfg.layers` layers of `full`'s shape (evenly spaced over its
+    depth), weights built on the GPU; a Report without machine, load window or command."""
+    import dataclasses
+
+    from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the hybrid benchmark needs a CUDA GPU (engine=hybrid); none is "
+                           "visible here")
+    spec = dataclasses.replace(full, n_layers=min(cfg.layers, full.n_layers))
+    profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
+    weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
+                                        device="cuda")
+    rows = measure(weights, spec, profile, cfg, hardware=hardware)
+    return Report(
+        study="hybrid_gpu", name=f"hybrid_{full.name}", rows=rows, key=("system",),
+        title=f"engine=hybrid vs layer offload, {full.name} shape ({spec.n_layers} of "
+              f"{full.n_layers} layers), {cfg.dtype}, batch {cfg.batch}",
+        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg)},
+        notes=list(NOTES) if hardware is not None else NOTES[:2])

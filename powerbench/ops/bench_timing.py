@@ -21,7 +21,10 @@ class TimingPolicy:
     reps: int = 5  # at least this many timed calls
     min_time_s: float = 0.2  # ... and keep going until this much time was timed
     max_reps: int = 100
-    flush_mb: int = 64  # buffer read (CPU) / written (CUDA) before each call; 0 disables
+    flush_mb: int = 64  # buffer read before each call (CUDA: at least CUDA_FLUSH_MB); 0 disables
+    # CUDA: capture each call once into a CUDA graph and time its replays (the kernels run
+    # back to back, as in a decode step replayed from a graph; no per-kernel launch gaps)
+    cuda_graph: bool = False
 
 
 class Timer:
@@ -40,11 +43,9 @@ class Timer:
         self._flush = torch.ones(n, device=device) if n else None
 
     def _flush_cache(self) -> None:
-        if self._flush is None:
-            return
-        if self.device == "cuda":
-            self._flush.zero_()
-        else:
+        # a READ on both devices: a written flush would leave the L2 full of dirty lines
+        # whose write-back then competes with the timed call's reads
+        if self._flush is not None:
             self._flush.sum()
 
     def _once(self, fn: Callable[[], object]) -> float:
@@ -72,6 +73,8 @@ class Timer:
         reference see the same conditions, so their ratio is robust even when absolute
         times are not."""
         p = self.policy
+        if p.cuda_graph and self.device == "cuda":
+            fns = tuple(graphed(fn) for fn in fns)
         for _ in range(p.warmup):
             for fn in fns:
                 fn()
@@ -84,3 +87,36 @@ class Timer:
             for fn, out in zip(fns, times, strict=True):
                 out.append(self._once(fn))
         return times
+
+
+def graphed(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn`'s kernels captured once into a CUDA graph (after warm-up calls on a side
+    stream, as torch requires); returns the graph's replay. Raises with the reason when
+    `fn` cannot be captured (e.g. it synchronises with the host)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError as err:
+        raise RuntimeError(f"timing.cuda_graph: this call cannot be captured in a CUDA graph "
+                           f"({err}); time it without cuda_graph") from err
+    return graph.replay
+
+
+def timing_notes(device: str, policy: TimingPolicy) -> list[str]:
+    """What a reader must know about how a GPU call was timed ([] on the CPU)."""
+    if device != "cuda":
+        return []
+    how = ("each call's kernels replayed from a CUDA graph captured once (no launch gaps "
+           "between them)" if policy.cuda_graph else
+           "each call launched from the host as in an eager decode loop (launch gaps between "
+           "its kernels included)")
+    return [f"CUDA timing: GPU event time; before every call {CUDA_FLUSH_MB} MB are read "
+            f"(evicts the L2 without leaving dirty lines, and keeps the GPU busy while the host "
+            f"enqueues the call, so the host's launch path is hidden); {how}."]

@@ -87,6 +87,7 @@ class TimingOptions:
     reps: int | None = None  # minimum timed calls per measurement
     min_time_s: float | None = None  # minimum timed seconds per measurement
     flush_mb: int | None = None  # cache-flush buffer before each call (0: off)
+    cuda_graph: bool | None = None  # CUDA: time each call replayed from a captured graph
 
 
 @dataclass
@@ -110,6 +111,26 @@ class BenchOperatorsTask:
     tag: str | None = None  # report name suffix (None: "_quick" with quick)
     plot: bool = True
     publish: bool = False  # also write the report into results/operators_<device>/
+
+
+@dataclass
+class BenchHybridTask:
+    """engine=hybrid vs llama.cpp-style layer offload on a real-size shape with synthetic
+    weights, each row beside its simulated twin (powerbench.measure.hybrid_bench; needs a
+    CUDA GPU)."""
+
+    _target_: str = "powerbench.tasks.bench_hybrid.bench_hybrid"
+    name: str = "bench_hybrid"
+    synthetic_model: str = "opt_6_7b"  # a model config with a `spec` section (shapes)
+    layers: int = 8  # evenly spaced over the model's depth
+    gpu_ffn_shares: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    rounds: int = 5
+    prompt_tokens: int = 16
+    new_tokens: int = 32
+    batch: int = 1
+    threads: int = 8  # CPU workers of the CPU part
+    simulate: bool = True  # measure the local profile (GPU included) and add the twin
+    publish: bool = False  # also write the report into results/hybrid_gpu/
 
 
 @dataclass
@@ -242,6 +263,7 @@ class HybridLocalTask:
     _target_: str = "powerbench.tasks.hybrid_local.hybrid_local"
     name: str = "hybrid_local"
     gpu_budget_mb: float = 8.0  # GPU memory the placement may use (so the model does not fit)
+    publish: bool = False  # also write the report into results/hybrid_local/
 
 
 @dataclass
@@ -314,6 +336,7 @@ class DocsTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
+           "bench_hybrid": BenchHybridTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,
