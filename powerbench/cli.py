@@ -84,6 +84,8 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     if flags:
         return [*task_overrides([a for a in argv if a not in SUGAR]),
                 *(SUGAR[f] for f in dict.fromkeys(flags))]
+    if argv and argv[0] in ("-m", "--multirun"):  # `powerbench -m bench-solver ...`
+        return [argv[0], *task_overrides(argv[1:])]
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])

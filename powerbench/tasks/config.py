@@ -41,17 +41,19 @@ class ValidateTask:
 
     _target_: str = "powerbench.tasks.validate.validate"
     name: str = "validate"
+    # synthetic weights only: `dense` and sparse backends measured side by side (with the
+    # trained model the engine is the `engine` group: powerbench -m validate engine=a,b)
     engines: list[str] = field(default_factory=lambda: ["dense", "sparse_cpu"])
     calibrate: bool = True  # re-measure the CPU rates around the engine rounds
     rounds: int = 12  # engine runs per engine, calibrations before, between and after
-    figure: bool = True  # redraw results/validation_local.* from this batch (needs tracking)
+    figure: bool = True  # draw the figure (measured vs simulated) beside the report
+    publish: bool = False  # also write the report into results/validation/
     # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts
     synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
     synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
-    out: str | None = None  # CSV appended to (None: results/calibration/validation_realsize.csv)
 
 
 @dataclass
@@ -133,20 +135,13 @@ class BenchHybridTask:
 
 @dataclass
 class BenchSolverTask:
-    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles."""
+    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles: one job per
+    model x hardware x solver cell of a Hydra sweep (`powerbench -m bench-solver`; the
+    grid is the task yaml's `hydra.sweeper.params`), collected into one table."""
 
     _target_: str = "powerbench.tasks.bench_solver.bench_solver"
     name: str = "bench_solver"
-    models: list[str] = field(
-        default_factory=lambda: ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"])
-    hardware: list[str] = field(default_factory=lambda: ["pc_high", "pc_low"])
-    communication: list[str] = field(default_factory=lambda: ["dense", "expected"])
-    solvers: list[str] = field(default_factory=lambda: ["greedy", "ilp"])
-    # overrides for every solver run (conf/solver keys), and for the ILP's runs only
-    solver_overrides: list[str] = field(default_factory=lambda: ["dense_gpu_share=0.5"])
-    ilp_overrides: list[str] = field(default_factory=list)  # e.g. ["group_size=64"]
-    context: int = 2048
-    publish: bool = False  # also write the report into results/solver/
+    publish: bool = False  # also write the (collected) report into results/solver/
 
 
 @dataclass
@@ -295,7 +290,7 @@ class SensitivityTask:
         "hybrid_roundtrip_us": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
-    validation_batches: int = 11  # last real-size `validate` invocations shown on the page
+    validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown
     page_only: bool = False  # redraw README.md from the CSVs (no simulation)
 
 
