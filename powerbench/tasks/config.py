@@ -256,6 +256,12 @@ class ConstantsTask:
     _target_: str = "powerbench.tasks.constants.constants"
     name: str = "constants"
     out: str | None = None  # None: docs/constants.md of the checkout
+    # also MEASURE the token-to-token overlap of active neurons (tiny_relu; SmolLM2 at each
+    # CATS sparsity) into results/calibration/token_overlap.csv (minutes of CPU)
+    overlap: bool = False
+    overlap_tokens: int = 2048  # consecutive tokens traced per model (sequences of 128)
+    overlap_cats_sparsity: list[float] = field(default_factory=lambda: [
+        0.5, 0.7, 0.8, 0.9, 0.95, 0.97])
 
 
 @dataclass
