@@ -155,6 +155,8 @@ class SimulatorConfig:
     # an MLP d_model -> hidden -> neurons stored in fp16 (the solvers' default).
     predictor_hidden: int = 1024
     predictor_quality: PredictorQualityConfig = field(default_factory=PredictorQualityConfig)
+    # Measured token-to-token overlap of active neurons: shrinks a batch's union over
+    # independently drawn (synthetic) trace tokens. Empty: independent tokens.
     token_overlap: TokenOverlapConfig = field(default_factory=TokenOverlapConfig)
     efficiency: KernelEfficiency = field(default_factory=KernelEfficiency)
     # Sparse FLOPs count each row's own predicted neurons (PowerInfer's operators skip
