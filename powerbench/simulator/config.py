@@ -113,7 +113,8 @@ class TokenOverlapConfig:
     neuron's activity (powerbench.profiling.token_overlap), by a layer's active fraction
     (interpolated in log(active), clamped at the ends). Applied to the union of a batch of
     tokens whose trace was drawn INDEPENDENTLY (synthetic profiles); measured traces carry
-    their own overlap. Empty: independent draws (rho = 0)."""
+    their own overlap. Empty: independent draws (rho = 0), as `powerbench validate`'s twin
+    uses it: the engine it is compared with replays the same independently drawn trace."""
 
     active_fraction: list[float] = field(default_factory=list)
     rho: list[float] = field(default_factory=list)
