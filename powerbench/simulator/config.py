@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
 from powerbench.schema_helpers import coerce_enums
 
 
@@ -106,6 +108,39 @@ class PredictorQualityConfig:
 
 
 @dataclass
+class TokenOverlapConfig:
+    """How much consecutive tokens' active sets overlap: the lag-1 autocorrelation rho of a
+    neuron's activity (powerbench.profiling.token_overlap), by a layer's active fraction
+    (interpolated in log(active), clamped at the ends). Applied to the union of a batch of
+    tokens whose trace was drawn INDEPENDENTLY (synthetic profiles); measured traces carry
+    their own overlap. Empty: independent draws (rho = 0), as `powerbench validate`'s twin
+    uses it: the engine it is compared with replays the same independently drawn trace."""
+
+    active_fraction: list[float] = field(default_factory=list)
+    rho: list[float] = field(default_factory=list)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.active_fraction) != len(self.rho):
+            raise ValueError(f"simulator.token_overlap: active_fraction has "
+                             f"{len(self.active_fraction)} points, rho {len(self.rho)}")
+        if any(not 0.0 < a <= 1.0 for a in self.active_fraction):
+            raise ValueError("simulator.token_overlap.active_fraction: each point must be in "
+                             f"(0, 1], got {self.active_fraction}")
+        if any(not 0.0 <= r < 1.0 for r in self.rho):
+            raise ValueError(f"simulator.token_overlap.rho: each must be in [0, 1), got {self.rho}")
+
+    def at(self, active: float) -> float:
+        """rho at a layer's active fraction (0 without points)."""
+        if not self.rho:
+            return 0.0
+        order = np.argsort(self.active_fraction)
+        grid = np.log(np.asarray(self.active_fraction, dtype=np.float64)[order])
+        values = np.asarray(self.rho, dtype=np.float64)[order]
+        return float(np.interp(np.log(max(active, 1e-9)), grid, values))
+
+
+@dataclass
 class SimulatorConfig:
     """simulator=cost_model: the per-token cost model (powerbench.simulator)."""
 
@@ -121,6 +156,9 @@ class SimulatorConfig:
     # an MLP d_model -> hidden -> neurons stored in fp16 (the solvers' default).
     predictor_hidden: int = 1024
     predictor_quality: PredictorQualityConfig = field(default_factory=PredictorQualityConfig)
+    # Measured token-to-token overlap of active neurons: shrinks a batch's union over
+    # independently drawn (synthetic) trace tokens. Empty: independent tokens.
+    token_overlap: TokenOverlapConfig = field(default_factory=TokenOverlapConfig)
     efficiency: KernelEfficiency = field(default_factory=KernelEfficiency)
     # Sparse FLOPs count each row's own predicted neurons (PowerInfer's operators skip
     # inactive (neuron, token) pairs); false: the union for every row (powerbench.ops).

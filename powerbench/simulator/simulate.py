@@ -26,7 +26,12 @@ from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.hardware.load import load_hardware
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.activation_profile import ActivationProfile
-from powerbench.simulator.config import ComputeMode, PrefillMode, SimulatorConfig
+from powerbench.simulator.config import (
+    ComputeMode,
+    PrefillMode,
+    SimulatorConfig,
+    TokenOverlapConfig,
+)
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.prefill import stream_prefill
 from powerbench.simulator.rates import CPU, GPU
@@ -78,24 +83,28 @@ def predictor_inputs(cfg: SimulatorConfig, spec: ModelSpec, placement: Placement
 
 def _work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
           mode: ComputeMode, rows: int, n_passes: int, offset: int,
-          ratio: np.ndarray, token_skip: bool = False) -> tuple[FFNWork, list[str]]:
+          ratio: np.ndarray, token_skip: bool = False,
+          overlap: TokenOverlapConfig | None = None) -> tuple[FFNWork, list[str]]:
     """FFN work of n_passes passes of `rows` tokens each (decode: rows = B)."""
     trace = profile.trace_tokens
     notes: list[str] = []
     if trace <= 0:
         notes.append("profile has no per-token traces: FFN work is the expectation from "
                      "neuron frequencies (no per-token variance)")
-        work = ffn_work(spec, profile, placement, mode, None, rows, ratio, token_skip)
+        work = ffn_work(spec, profile, placement, mode, None, rows, ratio, token_skip,
+                        overlap)
         return work.take(np.zeros(n_passes, dtype=np.int64)), notes
     if rows > trace:
         notes.append(f"a pass of {rows} rows exceeds the {trace} trace tokens: its union "
                      "is taken over the whole trace")
         groups = token_groups(trace, trace, 1, offset)
-        work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip)
+        work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip,
+                        overlap)
         return work.take(np.zeros(n_passes, dtype=np.int64)), notes
     distinct, index = decode_passes(trace, rows, n_passes)
     groups = token_groups(trace, rows, distinct, offset)
-    work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip)
+    work = ffn_work(spec, profile, placement, mode, groups, rows, ratio, token_skip,
+                        overlap)
     return work.take(index), notes
 
 
@@ -188,8 +197,10 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     dense_prompt = (cfg.prefill.mode is PrefillMode.dense and sparse
                     and rows >= cfg.prefill.gpu_min_tokens)
     pre_mode = ComputeMode.dense if stream or dense_prompt else cfg.mode
-    pre_work, n1 = _cached(work_cache, "prefill", lambda: _work(
-        spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio, cfg.token_skip))
+    overlap_key = f"|overlap={cfg.token_overlap.rho}"
+    pre_work, n1 = _cached(work_cache, "prefill" + overlap_key, lambda: _work(
+        spec, profile, placement, pre_mode, rows, 1, cfg.trace_offset, ratio, cfg.token_skip,
+        cfg.token_overlap))
     pre_model = (CostModel(spec, placement, hw, replace(cfg, mode=ComputeMode.dense))
                  if dense_prompt else model)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
@@ -210,9 +221,9 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     decode_s = 0.0
     notes += n1
     if n_steps > 0:
-        dec_work, n2 = _cached(work_cache, "decode", lambda: _work(
+        dec_work, n2 = _cached(work_cache, "decode" + overlap_key, lambda: _work(
             spec, profile, placement, cfg.mode, batch, n_steps, cfg.trace_offset + rows, ratio,
-            cfg.token_skip))
+            cfg.token_skip, cfg.token_overlap))
         notes += n2
         context = prompt + np.arange(1, n_steps + 1)
         dec = model.forward(dec_work, PassShape.decode(context, batch))

@@ -7,6 +7,19 @@ the kernels compute the UNION of the rows' active neurons (powerbench.ops conven
 A profile without traces falls back to the expectation from neuron frequencies p:
 E|union over r rows| = sum over neurons of 1 - (1 - p)^r.
 
+Token overlap: a synthetic profile draws its trace tokens INDEPENDENTLY, but consecutive
+real tokens share active neurons, so a batch's union grows more slowly. With
+`overlap` (the measured lag-1 autocorrelation rho of a neuron's activity, by the layer's
+active fraction: SimulatorConfig.token_overlap, powerbench.profiling.token_overlap) each
+device's union over a group of r > 1 independent trace tokens is scaled by
+
+    sum_j u(p_j, r, rho) / sum_j u(p_j, r, 0),   u = 1 - (1 - p)(1 - p (1 - rho))^(r - 1)
+
+over the device's neurons j (the Markov chain's expected union over the independent
+one), and the no-trace expectation uses u(p, r, rho) directly. Measured traces are real
+consecutive tokens and are used as they are. Per-row work (FLOPs with token_skip) is
+unchanged: overlap changes which neurons repeat, not how many each token has.
+
 Sparse mode computes the union (times the predictor's predicted / true ratio, capped at
 what the device holds); dense mode computes every neuron the device holds (MoE: every
 neuron of the experts routed to any row).
@@ -29,7 +42,8 @@ import numpy as np
 
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.activation_profile import ActivationProfile
-from powerbench.simulator.config import ComputeMode
+from powerbench.profiling.token_overlap import union_fraction
+from powerbench.simulator.config import ComputeMode, TokenOverlapConfig
 from powerbench.solver.placement import Placement
 
 
@@ -94,15 +108,29 @@ def _side_counts(mask: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndar
     return on_gpu, mask.sum(axis=1).astype(np.float64) - on_gpu
 
 
+def overlap_scale(p: np.ndarray, on_side: np.ndarray, rows: int, rho: float) -> float:
+    """Expected union of `rows` overlapping tokens over that of independent ones, for the
+    neurons `on_side` (1 when rho = 0, rows = 1 or no neuron can fire)."""
+    if rho <= 0.0 or rows <= 1:
+        return 1.0
+    independent = float(union_fraction(p[on_side], rows).sum())
+    return (float(union_fraction(p[on_side], rows, rho).sum()) / independent
+            if independent > 0 else 1.0)
+
+
 def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
              mode: ComputeMode, groups: np.ndarray | None, rows: int,
-             ratio: np.ndarray | None = None, token_skip: bool = False) -> FFNWork:
+             ratio: np.ndarray | None = None, token_skip: bool = False,
+             overlap: TokenOverlapConfig | None = None) -> FFNWork:
     """Per pass (row of `groups`, or one expected pass when the profile has no traces) and
     layer: union of active neurons and computed neurons on each device.
 
     `rows`: tokens per pass; `ratio`: per-layer predicted / true active (sparse mode),
-    default 1; `token_skip`: sparse FLOPs count each row's own neurons (module docstring).
+    default 1; `token_skip`: sparse FLOPs count each row's own neurons; `overlap`: the
+    token-to-token overlap applied to independently drawn (synthetic) traces (module doc).
     """
+    independent_trace = profile.source == "synthetic"
+    overlap = overlap or TokenOverlapConfig()
     n_layers = spec.n_layers
     if profile.n_layers != n_layers or placement.n_layers != n_layers:
         raise ValueError(f"{spec.name}: profile has {profile.n_layers} layers, placement "
@@ -118,18 +146,23 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
         gpu = placement.gpu_mask(index)
         gpu_total = float(gpu.sum())
         cpu_total = float(gpu.size) - gpu_total
+        p = np.clip(layer.frequency, 0.0, 1.0)
+        rho = overlap.at(layer.active_fraction)
         if groups is not None:
             masks = layer.trace_masks()
             assert masks is not None
             union = masks[groups].any(axis=1)  # [G, N]
             gpu_act[:, index], cpu_act[:, index] = _side_counts(union, gpu)
+            if independent_trace and rho > 0:
+                width = groups.shape[1]  # the trace tokens the union was taken over
+                gpu_act[:, index] *= overlap_scale(p, gpu, width, rho)
+                cpu_act[:, index] *= overlap_scale(p, ~gpu, width, rho)
             per_token_gpu, per_token_cpu = _side_counts(masks, gpu)
             gpu_tok[:, index] = per_token_gpu[groups].sum(axis=1)
             cpu_tok[:, index] = per_token_cpu[groups].sum(axis=1)
             dense = _moe_routed(union, experts) if experts > 1 else None
         else:  # expectation over independent tokens
-            p = np.clip(layer.frequency, 0.0, 1.0)
-            hit = 1.0 - (1.0 - p) ** rows
+            hit = union_fraction(p, rows, rho)
             gpu_act[:, index] = hit[gpu].sum()
             cpu_act[:, index] = hit.sum() - hit[gpu].sum()
             gpu_tok[:, index] = rows * p[gpu].sum()

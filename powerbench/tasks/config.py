@@ -273,6 +273,12 @@ class ConstantsTask:
     _target_: str = "powerbench.tasks.constants.constants"
     name: str = "constants"
     out: str | None = None  # None: docs/constants.md of the checkout
+    # also MEASURE the token-to-token overlap of active neurons (tiny_relu; SmolLM2 at each
+    # CATS sparsity) into results/calibration/token_overlap.csv (minutes of CPU)
+    overlap: bool = False
+    overlap_tokens: int = 2048  # consecutive tokens traced per model (sequences of 128)
+    overlap_cats_sparsity: list[float] = field(default_factory=lambda: [
+        0.5, 0.7, 0.8, 0.9, 0.95, 0.97])
 
 
 @dataclass
@@ -287,7 +293,7 @@ class SensitivityTask:
     # the constants before they were sourced (the before/after table)
     previous: dict[str, float] = field(default_factory=lambda: {
         "gpu_dense": 0.4, "gpu_sparse": 0.2, "int4": 0.5, "host_layer_us": 0.0,
-        "hybrid_roundtrip_us": 0.0})
+        "hybrid_roundtrip_us": 0.0, "token_overlap": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
     validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown

@@ -84,3 +84,49 @@ def test_host_time_per_layer_adds_to_every_pass():
     host = _hybrid_layer(mode=ComputeMode.dense, host_layer_us=200.0, host_pass_us=50.0)
     assert host.token["host_overhead"][0] == pytest.approx(250e-6)
     assert host.total[0] - base.total[0] == pytest.approx(250e-6)
+
+
+def test_token_overlap_shrinks_synthetic_unions_by_the_markov_ratio():
+    """A union over independently drawn (synthetic) tokens is scaled by the chain's
+    expected union over the independent one; a measured trace is left as it is."""
+    from powerbench.simulator.config import TokenOverlapConfig
+    from powerbench.simulator.workload import overlap_scale
+
+    spec = make_spec(d_ffn=256)
+    rng = np.random.default_rng(0)
+    masks = rng.random((64, 256)) < 0.5  # every neuron's frequency ~0.5
+    profile = make_profile(spec, [masks])
+    placement = make_placement(spec, [np.arange(128)])
+    groups = token_groups(64, 2, 32)
+    overlap = TokenOverlapConfig(active_fraction=[0.5], rho=[0.5])
+    base = ffn_work(spec, profile, placement, ComputeMode.sparse, groups, 2, token_skip=True)
+    assert profile.source == "measured"
+    same = ffn_work(spec, profile, placement, ComputeMode.sparse, groups, 2, token_skip=True,
+                    overlap=overlap)
+    np.testing.assert_allclose(same.cpu_active, base.cpu_active)
+    profile.source = "synthetic"
+    shrunk = ffn_work(spec, profile, placement, ComputeMode.sparse, groups, 2, token_skip=True,
+                      overlap=overlap)
+    p = profile.layers[0].frequency
+    cpu = np.arange(256) >= 128
+    # p = 0.5, r = 2, rho = 0.5: 0.625 / 0.75 (hand: see test_union_fraction_hand_checked)
+    assert overlap_scale(np.full(4, 0.5), np.ones(4, bool), 2, 0.5) == pytest.approx(0.625 / 0.75)
+    np.testing.assert_allclose(shrunk.cpu_active,
+                               base.cpu_active * overlap_scale(p, cpu, 2, 0.5))
+    np.testing.assert_allclose(shrunk.cpu_token_computed, base.cpu_token_computed)
+    single = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(64, 1, 64),
+                      1, overlap=overlap)  # one token: nothing to overlap
+    np.testing.assert_allclose(single.cpu_active.sum(), masks[:, 128:].sum())
+
+
+def test_token_overlap_interpolates_in_log_active_and_checks_its_points():
+    from powerbench.simulator.config import TokenOverlapConfig
+
+    cfg = TokenOverlapConfig(active_fraction=[0.01, 0.1], rho=[0.3, 0.1])
+    assert cfg.at(np.sqrt(0.001)) == pytest.approx(0.2)  # halfway in log
+    assert cfg.at(0.5) == pytest.approx(0.1) and cfg.at(0.001) == pytest.approx(0.3)
+    assert TokenOverlapConfig().at(0.1) == 0.0
+    with pytest.raises(ValueError, match="token_overlap.rho"):
+        TokenOverlapConfig(active_fraction=[0.1], rho=[1.0])
+    with pytest.raises(ValueError, match="points"):
+        TokenOverlapConfig(active_fraction=[0.1], rho=[])

@@ -237,4 +237,12 @@ def test_work_cache_recosts_other_efficiencies_exactly():
                           work_cache=cache)
         fresh = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20))
         assert cached.metrics == fresh.metrics
-    assert set(cache) == {"prefill", "decode"}
+    assert set(cache) == {"prefill|overlap=[]", "decode|overlap=[]"}
+    # the token overlap changes the FFN work: its own cache entries, and the same result
+    # as a fresh run
+    from powerbench.simulator.config import TokenOverlapConfig
+
+    cfg = replace(SimulatorConfig(), token_overlap=TokenOverlapConfig([0.1], [0.3]))
+    cached = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20), work_cache=cache)
+    fresh = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20))
+    assert cached.metrics == fresh.metrics and len(cache) == 4

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from powerbench.simulator.config import SimulatorConfig
-from powerbench.tasks.sensitivity import _note, scale_hw, scale_sim
+from powerbench.simulator.config import SimulatorConfig, TokenOverlapConfig
+from powerbench.tasks.sensitivity import (
+    _note,
+    previous_factors,
+    scale_hw,
+    scale_overlap,
+    scale_sim,
+)
 from tests.simulator.factories import GB, make_hardware
 
 
@@ -19,6 +25,17 @@ def test_scale_sim_nested_and_capped():
     assert capped.efficiency.cpu_dense == 1.0
     top, _ = scale_sim("host_layer_us", 2.0)(SimulatorConfig(host_layer_us=100.0), hw)
     assert top.host_layer_us == 200.0
+
+
+def test_overlap_variants_scale_every_point_and_previous_drops_it():
+    sim = SimulatorConfig(token_overlap=TokenOverlapConfig([0.03, 0.5], [0.2, 0.1]))
+    up, _ = scale_overlap(1.2)(sim, make_hardware())
+    assert up.token_overlap.rho == pytest.approx([0.24, 0.12])
+    assert up.token_overlap.active_fraction == [0.03, 0.5]
+    before, _ = previous_factors({"gpu_dense": 0.4, "token_overlap": 0.0})(sim, make_hardware())
+    assert before.token_overlap.rho == [] and before.efficiency.gpu_dense == 0.4
+    kept, _ = previous_factors({"gpu_dense": 0.4})(sim, make_hardware())
+    assert kept.token_overlap == sim.token_overlap
 
 
 def test_scale_hw_only_on_its_profile():
