@@ -38,6 +38,10 @@ void gated_hidden(WType wt, const void* w_gate, const void* w_up, int64_t K, con
 void dense(WType wt, const void* w, int64_t N, int64_t K, const float* x, int64_t B,
            const float* bias, WType ot, void* out, int64_t ldo, int threads);
 
+// a[i] = act(a[i]) in place for i < n (fp32): ReLU for ReGLU and dReLU, SiLU for SwiGLU
+// (the vector exp of the fused decode kernels). The gate of the CATS threshold FFN.
+void activate(float* a, int64_t n, GatedKind kind);
+
 // dst[i] = float(src[i]) for i < n (src of type t).
 void to_float(WType t, const void* src, int64_t n, float* dst);
 
