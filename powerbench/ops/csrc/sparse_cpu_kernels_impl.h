@@ -4,19 +4,20 @@
 // function here is compiled once per path. See sparse_cpu_kernels.h for the contracts.
 //
 // Memory streaming (all paths): each thread streams kRowGroup rows at once (independent
-// cache-line streams, x loaded once per group) and software-prefetches each stream
-// kPrefetchBytes ahead. Work is claimed from the pool in chunks of about kGrabBytes of
-// weights (a chunk is a range of positions in the id list), so both cores keep streaming
-// while either gets CPU time. Inside a chunk the positions are dealt to the kRowGroup
-// slots as contiguous runs (SlotRuns): slot q walks its own run, so where the ids are
-// consecutive (every dense matrix, most active rows at low sparsity) a slot reads one long
-// contiguous stream. Dealing them round-robin instead (rows j..j+3, then j+4..j+7) ends
-// every slot's stream after one row: measured on 256 MB of fp32 with 2 threads, the same
-// kernel read 37 GB/s over 16 KiB rows and 41-42 GB/s over 64-256 KiB rows. A row gather has
-// no next row in memory for the hardware prefetcher to follow (nor does a 4 KiB page
-// boundary), so the prefetch address runs past the end of a row into the row the slot reads
-// next at the matching offset (RowStreams below): the gather becomes one continuous stream
-// per slot.
+// cache-line streams, x loaded once per group), software-prefetching each stream
+// kPrefetchBytes ahead. Work is claimed from the pool in chunks (a range of positions in
+// the id list), so both cores keep streaming while either gets CPU time. Inside a chunk the
+// positions are dealt to the kRowGroup slots as contiguous runs of about kRunBytes
+// (SlotRuns): slot q walks its own run, so where the ids are consecutive (every dense
+// matrix, most active rows at low sparsity) a slot reads one long contiguous stream.
+// Dealing them round-robin instead (rows j..j+3, then j+4..j+7) ends every slot's stream
+// after one row, and a stream restarts slowly: with round-robin groups the same kernel read
+// 256 MB of fp32 (2 threads) at 34-37 GB/s over 16 KiB rows but 38-42 GB/s over 64-256 KiB
+// rows, so the sparse axpy (16 KiB rows of W_down^T) lost to the dense product over
+// W_down's 64 KiB rows at any sparsity below ~10%. A row gather has no next row in memory
+// for the hardware prefetcher to follow (nor does a 4 KiB page boundary), so the prefetch
+// address runs past the end of a row into the row the slot reads next at the matching
+// offset (RowStreams below): the gather becomes one continuous stream per slot.
 
 using simd::bf16;
 using simd::f16;
@@ -27,13 +28,14 @@ using simd::to_f32;
 constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
 constexpr int64_t kChunk = 256;
-// Weight bytes per dynamically claimed work item: large enough that each slot's run is a
-// long stream and the shared counter is amortised, small enough that a thread the OS
+// Bytes each slot reads in one run of a dynamically claimed chunk (a chunk is kRowGroup
+// runs): long enough that a run is one long stream (measured, 256 MB of fp32, 2 threads:
+// 37 GB/s with 16 KiB runs, 41-42 GB/s from 64 KiB on), short enough that a thread the OS
 // preempts (the machine is shared) does not hold back the others as a static split would.
-#ifndef PBOPS_GRAB_KB
-#define PBOPS_GRAB_KB 1024
+#ifndef PBOPS_RUN_KB
+#define PBOPS_RUN_KB 64
 #endif
-constexpr int64_t kGrabBytes = int64_t(PBOPS_GRAB_KB) << 10;
+constexpr int64_t kRunBytes = int64_t(PBOPS_RUN_KB) << 10;
 // ... and at least this many chunks per thread, so small matrices still balance
 constexpr int64_t kChunksPerThread = 4;
 #ifndef PBOPS_PREFETCH_BYTES
@@ -44,7 +46,8 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 
 // Rows per claimed chunk when n rows of row_bytes each are shared by nt threads.
 inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt) {
-  int64_t r = kGrabBytes / (row_bytes > 0 ? row_bytes : 1);
+  const int64_t run = (kRunBytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
+  int64_t r = kRowGroup * run;
   const int64_t balanced = (n + kChunksPerThread * nt - 1) / (kChunksPerThread * nt);
   r = r < balanced ? r : balanced;
   return r < 1 ? 1 : r;
@@ -365,7 +368,7 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
                 const int64_t* idx, int64_t n, GatedKind kind, float* h, int nt) {
   const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
   const bool gate_can_skip = kind != kSwiGLU;
-  const int64_t grab = rows_per_grab(2 * K * int64_t(sizeof(WT)), n, threads);
+  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B);
     walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
