@@ -56,6 +56,7 @@ TASKS = {
     "bench-flash": "flash-offloaded FFN vs in DRAM (PowerInfer-2)",
     "bench-threshold": "CATS threshold sparsity on SmolLM2 vs llama.cpp",
     "hybrid-local": "engine=hybrid measured on a GPU + its twin",
+    "bench-hybrid": "engine=hybrid vs layer offload on a GPU, real-size shape + twin",
     "figure": "figures redrawn from MLflow runs",
     "reproduce": "paper figures: sweep, figure, reproduction.md (--list, --quick)",
     "sync": "upload runs queued while the tracking server was down",
@@ -83,6 +84,8 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     if flags:
         return [*task_overrides([a for a in argv if a not in SUGAR]),
                 *(SUGAR[f] for f in dict.fromkeys(flags))]
+    if argv and argv[0] in ("-m", "--multirun"):  # `powerbench -m bench-solver ...`
+        return [argv[0], *task_overrides(argv[1:])]
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])

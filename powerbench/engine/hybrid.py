@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from powerbench.model.loading import LoadedModel
 
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")
+MAX_TIMED_CALLS = 8192  # decode calls whose GPU part is timed with CUDA events
+DECODE_ROWS = 8  # calls of at most this many rows are decode steps (timed separately)
 NO_CUDA = ("engine=hybrid computes hot neurons on a CUDA GPU and cold neurons on the CPU, "
            "and this machine has no CUDA device (torch {version}, {build} build). Use a "
            "CPU-only engine here (engine=sparse_cpu, sparse_torch or dense), or engine=simulate "
@@ -155,6 +157,14 @@ class HybridFFN:
         self.cpu_s = 0.0
         self.cpu_active = 0
         self._gpu_active: Tensor | int = 0
+        self.reset_timing()
+
+    def reset_timing(self) -> None:
+        """Forget the decode-call timings (e.g. after a warm-up)."""
+        # CUDA events around each decode call's GPU part, read (synchronising) by metrics()
+        self._gpu_events: list[tuple[Any, Any]] = []
+        self.decode_cpu_s = 0.0
+        self.decode_calls = 0
 
     # ---- active sets --------------------------------------------------------------------
     def _oracle(self, i: int, x: Tensor) -> Tensor:
@@ -184,6 +194,12 @@ class HybridFFN:
             self._pinned[shape] = buf
         return buf
 
+    def rewind(self) -> None:
+        """Restart a replayed predictor (each benchmark round does the same work)."""
+        rewind = getattr(self.predictors, "rewind", None)
+        if rewind is not None:
+            rewind()
+
     # ---- the FFN ------------------------------------------------------------------------
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
         gpu, cpu = self.gpu_parts[layer_idx], self.cpu_parts[layer_idx]
@@ -192,9 +208,14 @@ class HybridFFN:
         # 2. x and the CPU part of the union to the host, on the copy stream
         cpu_union = union.index_select(0, self.cpu_ids_dev[layer_idx]) \
             if (union is not None and cpu.size) else None
-        host_x, host_mask, copied = self._to_host(x, cpu_union)
-        # 3. the GPU part, asynchronously, on the main stream
+        host_x, host_mask, copied = (self._to_host(x, cpu_union) if cpu.size
+                                     else (x, None, None))  # a GPU-only layer never waits
+        # 3. the GPU part, asynchronously, on the main stream (timed by CUDA events)
+        decode = x.shape[0] <= DECODE_ROWS
+        events = self._gpu_start() if decode else None
         y = self._gpu_part(gpu, x, union)
+        if events is not None:
+            events[1].record()
         # 4. the CPU part, concurrently
         if copied is not None:
             copied.synchronize()
@@ -208,7 +229,11 @@ class HybridFFN:
                 y = y + y_cpu.to(device=x.device, dtype=y.dtype)
             elif gpu.size == 0:
                 y = y + self._bias_only(cpu, x)
-            self.cpu_s += time.perf_counter() - start
+            spent = time.perf_counter() - start
+            self.cpu_s += spent
+            if decode:
+                self.decode_cpu_s += spent
+        self.decode_calls += int(decode)
         self.calls += 1
         if observer is not None:
             computed = (torch.ones(x.shape[0], self.placement.neurons_per_layer,
@@ -237,6 +262,14 @@ class HybridFFN:
             done.record(self.copy_stream)
         return host_x, host_mask, done
 
+    def _gpu_start(self) -> tuple[Any, Any] | None:
+        if not self.concurrent or len(self._gpu_events) >= MAX_TIMED_CALLS:
+            return None
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        events[0].record()
+        self._gpu_events.append(events)
+        return events
+
     def _gpu_part(self, gpu: _Part, x: Tensor, union: Tensor | None) -> Tensor:
         if gpu.size == 0:
             return torch.zeros_like(x)
@@ -262,11 +295,20 @@ class HybridFFN:
                 else float(self._gpu_active.item())
             cpu = float(self.cpu_active)
         total = gpu + cpu
+        timed: list[float] = []
+        if self._gpu_events:
+            torch.cuda.synchronize(self.device)
+            timed = [start.elapsed_time(end) for start, end in self._gpu_events]
         return {
             "hybrid_gpu_neuron_load_share": gpu / total if total > 0 else 0.0,
             "hybrid_gpu_neurons_per_call": gpu / max(self.calls, 1),
             "hybrid_cpu_neurons_per_call": cpu / max(self.calls, 1),
             "hybrid_cpu_ffn_ms_per_call": self.cpu_s * 1e3 / max(self.calls, 1),
+            # decode-shaped calls (<= DECODE_ROWS rows) since the last reset_timing(): the
+            # GPU part's time on its stream (CUDA events) and the CPU part's wall time
+            "hybrid_gpu_ffn_ms_per_decode_call": sum(timed) / len(timed) if timed else 0.0,
+            "hybrid_cpu_ffn_ms_per_decode_call":
+                self.decode_cpu_s * 1e3 / max(self.decode_calls, 1),
             "hybrid_gpu_resident_neuron_share": float(sum(p.size for p in self.gpu_parts))
             / max(self.placement.n_layers * self.placement.neurons_per_layer, 1),
         }

@@ -13,9 +13,11 @@ our decoder's precision.
 
 llama.cpp segfaults in `eval` when torch was imported first in the same process (both
 bring their own OpenMP runtime), so `LlamaCppProcess` runs `LlamaCppRunner` in a child
-Python that never imports torch: this file run as a script (`--worker`), talking JSON
-lines over its stdin/stdout. Importing this module imports neither torch, llama_cpp nor
-gguf; they are imported when used.
+Python that never imports torch: a `WorkerProcess`, `python -c` loading THIS FILE ALONE
+(not its package: `powerbench.engine` imports torch) and calling the module-level
+function `llamacpp_worker`, which `serve`s JSON lines over the child's stdin/stdout; no
+script entry point. So this file imports only the standard library at module level (a
+test keeps it so): torch, llama_cpp and gguf are imported where used.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 Precision = Literal["f32", "f16"]
 
@@ -250,23 +252,28 @@ class LlamaCppRunner:
 # ---- the torch-free child process ------------------------------------------------------
 
 _MARK = "@@powerbench-llamacpp "
+# the child's program: `source` loaded alone as a module, then `function(args)`
+CHILD = ("import importlib.util as u, sys; s = u.spec_from_file_location('powerbench_worker', "
+         "sys.argv[1]); m = sys.modules[s.name] = u.module_from_spec(s); "
+         "s.loader.exec_module(m); sys.exit(getattr(m, sys.argv[2])(sys.argv[3:]))")
 
 
-class LlamaCppProcess:
-    """`LlamaCppRunner` in a child process (see the module doc); same `generate` API."""
+class WorkerProcess:
+    """A child Python serving `generate` over JSON lines: `python -c` loads `source` (a
+    module file whose module-level imports its package must not make: here the standard
+    library only) and exits with `function(args)`, which builds a runner and `serve`s it.
+    The same `generate` API as `LlamaCppRunner`."""
 
-    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512,
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(self, source: Path | str, function: str, args: Sequence[object],
+                 name: str = "worker", preexec_fn: Callable[[], None] | None = None) -> None:
         """`preexec_fn`: run in the child before it starts Python (e.g. joining a memory
         cgroup, so that everything the child maps is charged there)."""
-        if not llamacpp_available():
-            raise ImportError("llama.cpp comparisons need llama-cpp-python: "
-                              "`pip install '.[llamacpp]'` (or `make llamacpp`)")
-        self.path = Path(gguf_path)
-        self.threads = threads
+        if not function.isidentifier():
+            raise ValueError(f"worker function {function!r}: expected a function name")
+        self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(self.path),
-             str(threads), str(n_ctx)],
+            [sys.executable, "-c", CHILD, str(Path(source).resolve()), function,
+             *map(str, args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, preexec_fn=preexec_fn)
         self._call({"cmd": "ping"})
@@ -283,10 +290,9 @@ class LlamaCppProcess:
             if line.startswith(_MARK):
                 reply = json.loads(line[len(_MARK):])
                 if "error" in reply:
-                    raise RuntimeError(f"llama.cpp worker: {reply['error']}")
+                    raise RuntimeError(f"{self.name}: {reply['error']}")
                 return reply
-        raise RuntimeError(f"llama.cpp worker for {self.path.name} exited with code "
-                           f"{self.proc.wait()}")
+        raise RuntimeError(f"{self.name} exited with code {self.proc.wait()}")
 
     def generate(self, prompt: Sequence[int], new_tokens: int) -> tuple[list[int],
                                                                          LlamaCppTiming]:
@@ -304,24 +310,47 @@ class LlamaCppProcess:
                 pass
             self.proc.wait(timeout=10)
 
-    def __enter__(self) -> LlamaCppProcess:
+    def __enter__(self) -> WorkerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _worker(argv: Sequence[str]) -> int:
-    path, threads, n_ctx = argv[0], int(argv[1]), int(argv[2])
-    runner = LlamaCppRunner(path, threads, n_ctx)
-    for line in sys.stdin:
+class LlamaCppProcess(WorkerProcess):
+    """`LlamaCppRunner` in a torch-free child process (see the module doc)."""
+
+    def __init__(self, gguf_path: Path | str, threads: int, n_ctx: int = 512,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
+        if not llamacpp_available():
+            raise ImportError("llama.cpp comparisons need llama-cpp-python: "
+                              "`pip install '.[llamacpp]'` (or `make llamacpp`)")
+        self.path = Path(gguf_path)
+        self.threads = threads
+        super().__init__(__file__, "llamacpp_worker", [self.path, threads, n_ctx],
+                         f"llama.cpp worker for {self.path.name}", preexec_fn)
+
+
+def serve(make_runner: Callable[[], Any], requests: Iterable[str] | None = None,
+          reply_to: TextIO | None = None) -> int:
+    """The child's loop: build the runner (a failure is the reply to every request), then
+    answer each JSON request line (`ping`, `generate`, `quit`) with one marked JSON line."""
+    requests = sys.stdin if requests is None else requests
+    out = sys.stdout if reply_to is None else reply_to
+    try:
+        runner, failed = make_runner(), None
+    except Exception as err:  # reported to the parent, which raises
+        runner, failed = None, f"{type(err).__name__}: {err}"
+    for line in requests:
         request = json.loads(line)
+        if request["cmd"] == "quit":
+            print(_MARK + json.dumps({"ok": True}), file=out, flush=True)
+            return 0
         try:
-            if request["cmd"] == "quit":
-                print(_MARK + json.dumps({"ok": True}), flush=True)
-                return 0
-            if request["cmd"] == "ping":
-                reply: dict = {"ok": True}
+            if failed:
+                reply: dict = {"error": failed}
+            elif request["cmd"] == "ping":
+                reply = {"ok": True}
             else:
                 tokens, timing = runner.generate(request["prompt"], request["new_tokens"])
                 reply = {"tokens": tokens, "prefill_s": timing.prefill_s,
@@ -330,9 +359,11 @@ def _worker(argv: Sequence[str]) -> int:
                          "step_read_bytes": timing.step_read_bytes}
         except Exception as err:  # reported to the parent, which raises
             reply = {"error": f"{type(err).__name__}: {err}"}
-        print(_MARK + json.dumps(reply), flush=True)
+        print(_MARK + json.dumps(reply), file=out, flush=True)
     return 0
 
 
-if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-    sys.exit(_worker(sys.argv[2:]))
+def llamacpp_worker(argv: Sequence[str]) -> int:
+    """The llama.cpp child: `LlamaCppRunner(gguf path, threads, n_ctx)` served."""
+    path, threads, n_ctx = argv[0], int(argv[1]), int(argv[2])
+    return serve(lambda: LlamaCppRunner(path, threads, n_ctx))

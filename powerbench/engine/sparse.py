@@ -97,6 +97,8 @@ class SparseFFN:
             y, idx = self.fused[layer_idx](x)
         else:
             idx = self.predictors.predict(layer_idx, x)
+            if idx.device != x.device:  # a predictor that answers on the host (e.g. a replay)
+                idx = idx.to(x.device, non_blocking=True)
             y = (self.ops.ffn(x, self.layers[layer_idx], idx, check=True) if self.check
                  else self.prepared[layer_idx](x, idx))
         if y.dtype != x.dtype:  # the prepared calls return fp32

@@ -86,21 +86,24 @@ def synthetic_spec(model_cfg: Any, layers: int | None = None) -> ModelSpec:
 class _Random:
     """Seeded random tensors, drawn in the target dtype (no fp32 staging copy)."""
 
-    def __init__(self, seed: int, dtype: torch.dtype) -> None:
+    def __init__(self, seed: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
         self.g = torch.Generator().manual_seed(seed)
         self.dtype = dtype
+        self.device = torch.device(device)  # drawn on the CPU (same values), then moved
 
     def matrix(self, rows: int, cols: int) -> Tensor:
-        return torch.randn(rows, cols, generator=self.g, dtype=self.dtype).mul_(cols ** -0.5)
+        t = torch.randn(rows, cols, generator=self.g, dtype=self.dtype).mul_(cols ** -0.5)
+        return t.to(self.device)
 
     def vector(self, n: int, scale: float = 0.01) -> Tensor:
-        return torch.randn(n, generator=self.g, dtype=self.dtype).mul_(scale)
+        return torch.randn(n, generator=self.g, dtype=self.dtype).mul_(scale).to(self.device)
 
 
-def _norm(kind: str, d: int, dtype: torch.dtype) -> NormWeights:
+def _norm(kind: str, d: int, dtype: torch.dtype, device: torch.device) -> NormWeights:
     if kind == "layer":
-        return NormWeights("layer", torch.ones(d, dtype=dtype), torch.zeros(d, dtype=dtype), 1e-5)
-    return NormWeights("rms", torch.ones(d, dtype=dtype), None, 1e-6)
+        return NormWeights("layer", torch.ones(d, dtype=dtype, device=device),
+                           torch.zeros(d, dtype=dtype, device=device), 1e-5)
+    return NormWeights("rms", torch.ones(d, dtype=dtype, device=device), None, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,8 @@ def synthetic_ffn(spec: ModelSpec, layer: int, dtype: torch.dtype = torch.float1
 
 
 def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float16,
-                              seed: int = 0, ffn: FFNMode = "inline") -> DecoderWeights:
+                              seed: int = 0, ffn: FFNMode = "inline",
+                              device: torch.device | str = "cpu") -> DecoderWeights:
     """A `DecoderWeights` of `spec`'s shape with seeded random weights (see the module
     docstring); `spec.n_layers` layers, `spec.vocab_size` rows in the LM head.
 
@@ -142,10 +146,12 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
     original sequence); "per_layer" uses `synthetic_ffn` (the flash file's weights);
     "none" leaves the FFNs out (`FFNInFile`: a decoder whose FFN is read from flash holds
     attention, norms, embeddings and the LM head only). "per_layer" and "none" draw the
-    same non-FFN weights."""
+    same non-FFN weights. `device`: where the weights live (each matrix is drawn on the
+    CPU, the same values on every device, and moved there at once)."""
     if ffn not in ("inline", "per_layer", "none"):
         raise ValueError(f"ffn={ffn!r}: choose inline, per_layer or none")
-    rnd = _Random(seed, dtype)
+    device = torch.device(device)
+    rnd = _Random(seed, dtype, device)
     d, f = spec.d_model, spec.d_ffn
     hd = spec.head_dim
     q_out, kv_out = spec.n_heads * hd, spec.n_kv_heads * hd
@@ -162,7 +168,7 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
         if ffn == "none":
             layer_ffn = FFNInFile(spec.ffn_kind, f)
         elif ffn == "per_layer":
-            layer_ffn = synthetic_ffn(spec, i, dtype, seed)
+            layer_ffn = _moved(synthetic_ffn(spec, i, dtype, seed), device)
         elif opt:
             w2_t = rnd.matrix(f, d).mul_(math.sqrt(d / f))  # fan-in of fc2 is d_ffn
             layer_ffn = ReluFFNWeights(
@@ -173,13 +179,14 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
             layer_ffn = GatedFFNWeights(w_gate=rnd.matrix(f, d), w_up=rnd.matrix(f, d),
                                         w_down=w_down_t.t().contiguous(), w_down_t=w_down_t,
                                         kind=spec.ffn_kind)
-        layers.append(LayerWeights(attn_norm=_norm(norm_kind, d, dtype), attn=attn,
-                                   ffn_norm=_norm(norm_kind, d, dtype),
+        layers.append(LayerWeights(attn_norm=_norm(norm_kind, d, dtype, device), attn=attn,
+                                   ffn_norm=_norm(norm_kind, d, dtype, device),
                                    ffn=layer_ffn))  # type: ignore[arg-type]
     lm_head = rnd.matrix(spec.vocab_size, d)
     common: dict[str, Any] = dict(
         d_model=d, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=hd,
-        pre_norm=True, embed=lm_head, layers=layers, final_norm=_norm(norm_kind, d, dtype),
+        pre_norm=True, embed=lm_head, layers=layers,
+        final_norm=_norm(norm_kind, d, dtype, device),
         lm_head=lm_head, max_positions=spec.max_positions)
     if opt:
         return DecoderWeights(model_type="opt", pos_offset=OPT_POS_OFFSET,
@@ -187,6 +194,20 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
                               **common)
     inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
     return DecoderWeights(model_type="llama", rope=RopeWeights(inv_freq=inv_freq), **common)
+
+
+def _moved(ffn: Any, device: torch.device) -> Any:
+    """A layer's FFN weights on `device` (a view stays a view of the moved tensor)."""
+    if device.type == "cpu":
+        return ffn
+    moved = {f.name: getattr(ffn, f.name) for f in dataclasses.fields(ffn)}
+    for name, t in moved.items():
+        if isinstance(t, Tensor) and t.is_contiguous():
+            moved[name] = t.to(device)
+    for name, t in moved.items():  # non-contiguous: the transposed view of its partner
+        if isinstance(t, Tensor) and not t.is_contiguous():
+            moved[name] = moved[name + "_t"].t()
+    return type(ffn)(**moved)
 
 
 def trace_profile(spec: ModelSpec, layers: int, trace_tokens: int, seed: int = 0) -> Any:
@@ -200,6 +221,17 @@ def trace_profile(spec: ModelSpec, layers: int, trace_tokens: int, seed: int = 0
                      .astype(int))
     return SimpleNamespace(n_layers=len(keep), layers=[profile.layers[i] for i in keep],
                            layer_ids=[int(i) for i in keep])
+
+
+def kept_profile(trace: Any, spec: ModelSpec) -> Any:
+    """The kept layers of `trace_profile` as an ActivationProfile of the capped `spec` (the
+    simulator indexes layers 0..n-1; the same per-token traces the engine replays)."""
+    from powerbench.profiling.activation_profile import ActivationProfile
+
+    layers = [dataclasses.replace(layer, index=i) for i, layer in enumerate(trace.layers)]
+    return ActivationProfile(model=spec.name, source="synthetic", dataset="synthetic",
+                             n_tokens=layers[0].n_tokens, layers=layers,
+                             meta={"layer_ids": trace.layer_ids})
 
 
 class TraceReplay(TraceActiveSets):

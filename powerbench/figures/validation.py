@@ -1,7 +1,11 @@
 """Validation figure: measured vs simulated tokens/s on this machine (`hardware=local`).
 
-`validation_local()` reads the runs of `powerbench.simulator.validate` (MLflow experiment
-`validation_local`) and writes results/validation_local.csv and .png.
+`powerbench validate` reports through the measurement harness: one MLflow run (experiment
+`validation_local`, tag `powerbench.study=validation`) whose metrics are
+`<engine>.<hardware variant>.<column>`, and the same rows as a CSV in its run directory.
+`validation_table()` turns the newest such run back into those rows; `plot_validation()`
+draws them (validate draws it into its run directory; `powerbench figure validation_local`
+redraws it from MLflow into results/validation/, or `task.out_dir`).
 """
 
 from __future__ import annotations
@@ -11,53 +15,44 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from powerbench.figures.runs import FigureOutput, bench_lengths, column, latest, search_runs
+from powerbench.figures.runs import FigureOutput, column, search_runs
 from powerbench.paths import results_dir
 
 NAME = "validation_local"
-PHASES = {  # label -> (measured metric, simulated metric, error metric)
-    "decode": ("decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct"),
-    "prefill": ("prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct"),
-    "end_to_end": ("end_to_end_tokens_per_s", "sim_end_to_end_tokens_per_s",
+STUDY = "validation"
+PHASES = {  # label -> (measured column, simulated column, error column)
+    "decode": ("measured_decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct"),
+    "prefill": ("measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s",
+                "sim_prefill_error_pct"),
+    "end_to_end": ("measured_end_to_end_tokens_per_s", "sim_end_to_end_tokens_per_s",
                    "sim_end_to_end_error_pct"),
 }
 
 
 def validation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the newest `validate` report among `runs` (MLflow's frame): one per
+    engine and hardware variant, its columns from the `<engine>.<variant>.<column>`
+    metrics, `model` from the run's params."""
     if runs.empty:
         return pd.DataFrame()
-    runs = runs[column(runs, "tags.validation") == "true"]
-    batches = column(runs, "tags.validation_batch")
-    if batches.notna().any():  # only the newest `powerbench validate` (older rows are stale)
-        newest = batches[runs["start_time"] == runs.loc[batches.notna(), "start_time"].max()]
-        runs = runs[batches == newest.iloc[0]]
-    frame = pd.DataFrame({
-        "engine": column(runs, "params.engine.name"),
-        "hardware_variant": column(runs, "tags.hardware_variant"),
-        "model": column(runs, "params.model.name"),
-        **bench_lengths(runs),
-        "start_time": runs["start_time"],
-    })
-    for phase, (meas, sim, err) in PHASES.items():
-        frame[f"measured_{phase}_tokens_per_s"] = pd.to_numeric(column(runs, f"metrics.{meas}"))
-        frame[f"sim_{phase}_tokens_per_s"] = pd.to_numeric(column(runs, f"metrics.{sim}"))
-        frame[err] = pd.to_numeric(column(runs, f"metrics.{err}"))
-    extra = {"sim_error_paired_pct": "sim_error_paired_pct",
-             "sim_prefill_error_paired_pct": "sim_prefill_error_paired_pct",
-             "best_decode_tokens_per_s": "measured_best_decode_tokens_per_s",
-             "sim_error_best_pct": "sim_error_best_pct",
-             "best_prefill_tokens_per_s": "measured_best_prefill_tokens_per_s",
-             "sim_prefill_error_best_pct": "sim_prefill_error_best_pct",
-             "hw_hw_cpu_bw_gb_s": "cpu_bw_gb_s", "hw_hw_launch_us": "op_us",
-             "sim_cpu_sparse_call_us": "sparse_call_us",
-             "hw_cpu_gflops": "cpu_gflops",
-             "hw_cpu_attention_gflops": "cpu_attention_gflops", "ops_attention": "ops_attention",
-             "ops_ffn": "ops_ffn", "ops_token": "ops_token",
-             "host_load_avg_1m_before": "load_avg_before",
-             "host_load_avg_1m_after": "load_avg_after"}
-    for metric, name in extra.items():
-        frame[name] = pd.to_numeric(column(runs, f"metrics.{metric}"))
-    frame = latest(frame, ["engine", "hardware_variant"]).drop(columns="start_time")
+    runs = runs[column(runs, "tags.powerbench.study") == STUDY]
+    if runs.empty:
+        return pd.DataFrame()
+    newest = runs.loc[runs["start_time"].idxmax()]
+    rows: dict[tuple[str, str], dict[str, object]] = {}
+    for name, value in newest.items():
+        if not str(name).startswith("metrics.") or pd.isna(value):
+            continue
+        parts = str(name).removeprefix("metrics.").split(".", 2)
+        if len(parts) == 3:
+            engine, variant, col = parts
+            row = rows.setdefault((engine, variant), {"engine": engine,
+                                                      "hardware_variant": variant})
+            row[col] = float(value)
+    frame = pd.DataFrame(list(rows.values()))
+    if frame.empty:
+        return frame
+    frame.insert(2, "model", newest.get("params.model"))
     return frame.sort_values(["engine", "hardware_variant"]).reset_index(drop=True)
 
 
@@ -99,6 +94,8 @@ def plot_validation(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(f"{phase}: measured vs simulated (error in %)", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", ncols=2)
     model = ", ".join(sorted(set(table.model.dropna())))
+    if "weights" in table and (table.weights == "synthetic").any():
+        model += ", SYNTHETIC weights: speed only"
     fig.suptitle(f"Cost model vs measurement on hardware profile 'local' ({model})", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,9 +108,9 @@ def validation_local(tracking_uri: str | None = None, out_dir: str | Path | None
                      ) -> FigureOutput:
     table = validation_table(search_runs(NAME, tracking_uri))
     if table.empty:
-        raise LookupError(f"no validation runs in MLflow experiment {NAME!r}; run: "
+        raise LookupError(f"no validate report in MLflow experiment {NAME!r}; run: "
                           "powerbench validate")
-    out = Path(out_dir) if out_dir is not None else results_dir() / "calibration"
+    out = Path(out_dir) if out_dir is not None else results_dir() / STUDY
     csv = out / f"{NAME}.csv"
     csv.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False, float_format="%.6g")

@@ -9,10 +9,10 @@
   reads overlapped with the resident neurons' compute
 - `ffn`: `FlashFFN`, the decoder FFN for engine=flash (the cache policy is
   `powerbench.solver.neuron_cache`)
-- `bench`, `bench_inputs`, `bench_report`, `page_cache`, `overheads`, `lookahead_recall`:
-  the FFN-only benchmark against the in-DRAM `SparseFFN` and its unit costs
-- `capped_runs`, `capped_worker`, `capped_report`, `memcap`, `resident`: a model larger
-  than its memory cap (a cgroup), against llama.cpp's mmap, with the resident-memory guard
+
+Its benchmarks live in the measurement layer (`powerbench.measure.flash_*`: the FFN-only
+benchmark against the in-DRAM `SparseFFN`, the model larger than its memory cap against
+llama.cpp's mmap, the unit costs, the lookahead recall).
 
 Needs torch and numpy only.
 """

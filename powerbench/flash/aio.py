@@ -320,10 +320,13 @@ def batch_read_bandwidth(fd: int, file_bytes: int, block: int, batch: int,
 
 
 def batch_curve(path: str | os.PathLike, block: int, depth: int = 128,
-                seconds: float = 0.3) -> tuple[tuple[int, float], ...]:
+                seconds: float = 0.3, batches: tuple[int, ...] = ()
+                ) -> tuple[tuple[int, float], ...]:
     """((batch, bytes/s), ...): `batch_read_bandwidth` of random `block` reads over the
     whole of `path` (e.g. the flash weight file itself: the span the engine reads) with
-    O_DIRECT, at batches 1, 2, 4 ... `depth`; empty where O_DIRECT or AIO is unavailable."""
+    O_DIRECT, at batches 1, 2, 4 ... `depth` and `batches` (e.g. the engine's own batch
+    sizes, so that its ceiling is measured rather than interpolated), ascending; empty
+    where O_DIRECT or AIO is unavailable."""
     from powerbench.hardware.storage import open_direct
 
     fd, direct = open_direct(str(path), True)
@@ -331,12 +334,14 @@ def batch_curve(path: str | os.PathLike, block: int, depth: int = 128,
         if not direct:
             return ()
         size = os.path.getsize(path)
+        sizes = sorted({2 ** k for k in range(int(np.log2(depth)) + 1)}
+                       | {int(b) for b in batches if 1 <= b <= depth})
         out = []
-        for k in range(int(np.log2(depth)) + 1):
-            if 2 ** k > size // block:
+        for b in sizes:
+            if b > size // block:
                 break
             try:
-                out.append((2 ** k, batch_read_bandwidth(fd, size, block, 2 ** k, seconds)))
+                out.append((b, batch_read_bandwidth(fd, size, block, b, seconds)))
             except OSError:
                 return ()
         return tuple(out)

@@ -191,22 +191,25 @@ class LayerPipeline:
             self._install(layer, slots, clusters)
 
     def _read_submit(self, layer: int, clusters: np.ndarray, slots: np.ndarray,
-                     b1_set: bool = False):
+                     b1_set: bool = False, adjacent: bool | None = None):
+        """Start reading `clusters` (ascending) of `layer` into arena `slots`. `adjacent`:
+        whether two of them are neighbours in the file (None: found out here)."""
         base = self.header.layer_offsets[layer]
         if self.zero_copy:
             if not b1_set:
                 b1 = None if self.b1 is None else self.b1[layer]
                 self.arena.set_b1(slots, clusters, b1)
             scatter = self.scatter
-            if (scatter is not None and clusters.size <= scatter.ctx.depth
-                    and (clusters.size < 2 or np.diff(clusters).min() > 1)):
+            if adjacent is None:
+                adjacent = clusters.size > 1 and bool(np.diff(clusters).min() <= 1)
+            if scatter is not None and clusters.size <= scatter.ctx.depth and not adjacent:
                 # no two clusters adjacent in the file: one read per cluster, through the
                 # preallocated AIO batch
                 g = self.g
                 dest = (slots * (g.cluster_neurons * g.row_bytes))[:, None] + self.piece_dest
                 return self.reader.submit_scatter(scatter, base + clusters * g.cluster_bytes,
                                                   dest)
-            if self.g.bundled and (clusters.size < 2 or np.diff(clusters).min() > 1):
+            if self.g.bundled and not adjacent:
                 # no two clusters adjacent in the file: one read per cluster, built directly
                 plan = bundled_plan(self.g, base, clusters, self.arena.rows(slots))
                 return self.reader.submit_plan(plan, self.arena.flat_np)
@@ -308,7 +311,7 @@ class LayerPipeline:
             return self._all_resident(layer, x, rows, ahead, units)
         miss, new = p.miss_units[:n_miss], p.miss_slots[:n_miss]
         t1 = time.perf_counter()
-        pending = self._read_submit(layer, miss, new, b1_set=True)
+        pending = self._read_submit(layer, miss, new, b1_set=True, adjacent=p.adjacent)
         t.submit_s += time.perf_counter() - t1
         t0 += time.perf_counter() - t1  # plan_s leaves the submission out
         resident = p.resident[:n]

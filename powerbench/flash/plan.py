@@ -90,7 +90,8 @@ class LayerPlanner:
         self.resident = np.empty(d_ffn, dtype=np.bool_)
         self.miss_units = np.empty(n_units, dtype=np.int64)
         self.miss_slots = np.empty(n_units, dtype=np.int64)
-        self.state = np.zeros(2, dtype=np.int64)
+        self.adjacent = False  # the last call's misses hold two clusters adjacent in the file
+        self.state = np.zeros(3, dtype=np.int64)  # tick, call start, misses adjacent
         self.counts = np.zeros(len(self.COUNTS), dtype=np.int64)
         self._slot_of = cache.slot_of.ctypes.data
         self._row_bytes = n_units * 8
@@ -120,6 +121,7 @@ class LayerPlanner:
             raise ValueError("LayerPlanner.plan: ids must be ascending and distinct")
         c.tick = int(self.state[0])
         c._call_start = int(self.state[1])
+        self.adjacent = bool(self.state[2])
         return int(n_miss), n
 
     def flush_counts(self) -> None:

@@ -120,7 +120,8 @@ def measure_local(cfg: LocalHardwareConfig | None = None,
             peak_bw=None, effective_bw=bw["d2d"],
         )
         units["gpu"] = ComputeUnit(name="gpu", kind="gpu", model=str(info["name"]),
-                                   memory="vram", compute_units=int(info["sm_count"]))
+                                   memory="vram", compute_units=int(info["sm_count"]),
+                                   effective_flops=mb.cuda_gemm_flops(repeats=c.repeats))
         link = Link(kind="pcie", h2d_peak_bw=None, h2d_effective_bw=bw["h2d"],
                     d2h_peak_bw=None, d2h_effective_bw=bw["d2h"])
         accelerator = "gpu"

@@ -122,6 +122,13 @@ def cuda_copy_bw(mb: int = 256, repeats: int = 5) -> dict[str, float]:
     return {"h2d": n / h2d, "d2h": n / d2h, "d2d": 2 * n / d2d}
 
 
+def cuda_gemm_flops(dim: int = 4096, repeats: int = 5) -> float:
+    """FLOP/s of an fp16 matrix-matrix product on the GPU (tensor cores; prefill's kernel)."""
+    a = torch.randn(dim, dim, device="cuda", dtype=torch.float16)
+    b = torch.randn(dim, dim, device="cuda", dtype=torch.float16)
+    return 2.0 * dim**3 / _cuda_time(lambda: a @ b, repeats)
+
+
 def cuda_launch_latency(iters: int = 1000) -> float:
     """Seconds per launch of a tiny kernel (enqueue cost, averaged over a burst)."""
     x = torch.ones(1, device="cuda")

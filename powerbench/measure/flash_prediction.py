@@ -14,9 +14,9 @@ Time per token (`engine_costs`, the default): per layer call
     fixed + per_active x computed neurons + per_miss x missed clusters
     + per_task x min(task_cap, missed clusters)
 (task_cap: io_threads for the thread-pool reader, 1 for native AIO: one batch per call;
-least squares: tokens/s follows the mean call, see powerbench.flash.overheads)
+least squares: tokens/s follows the mean call, see powerbench.measure.flash_overheads)
 with the unit costs MEASURED by a microbenchmark of the engine's own layer path on the
-benchmark's shape and weight file (powerbench.flash.overheads, cached per machine and
+benchmark's shape and weight file (powerbench.measure.flash_overheads, cached per machine and
 engine version): the planning, the kernel on cache slots and the reads as the engine
 achieves them on this machine's cores. The counts (computed neurons, misses) are the replay's. Nothing
 is taken from the benchmark report being predicted except its measured rows (compared).
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from powerbench.flash.bench_inputs import BenchShape, synthetic_profile_for
-from powerbench.flash.overheads import EngineCosts
+from powerbench.measure.flash_ffn_inputs import BenchShape, synthetic_profile_for
+from powerbench.measure.flash_overheads import EngineCosts
 from powerbench.simulator.flash_tier import replay
 from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
 from powerbench.solver.neuron_cache import plan_segments

@@ -71,6 +71,7 @@ class MachineFacts:
     system: str
     python: str
     torch: str
+    gpu: str = ""  # the CUDA device torch sees ("" without one)
 
     @classmethod
     def probe(cls) -> MachineFacts:
@@ -78,16 +79,17 @@ class MachineFacts:
             import torch
 
             torch_version = torch.__version__
+            gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
         except ImportError:  # the harness itself needs no torch
-            torch_version = "none"
+            torch_version, gpu = "none", ""
         return cls(cpu_model=cpu_model(), cpus=usable_cpus(), isa=best_isa(),
                    memory_gb=round(meminfo().get("MemTotal", 0) / 2**30, 1),
                    system=f"{platform.system()} {platform.release()}",
-                   python=platform.python_version(), torch=torch_version)
+                   python=platform.python_version(), torch=torch_version, gpu=gpu)
 
     def line(self) -> str:
         return (f"{self.cpu_model}, {self.cpus} CPU(s), {self.isa}, {self.memory_gb:g} GiB, "
-                f"torch {self.torch}")
+                + (f"{self.gpu}, " if self.gpu else "") + f"torch {self.torch}")
 
 
 def utc_now() -> str:
@@ -179,6 +181,12 @@ class Report:
     command: str = ""
     measured: bool = True  # False: simulated or computed (solver timings count as measured)
     extra_files: list[Path] = field(default_factory=list)  # e.g. a plot, copied alongside
+    # every row also carries the run's `started` (UTC) and `load_avg_1m_before/after`, for
+    # tables that gather the rows of several runs (e.g. a page listing each configuration)
+    window_columns: bool = False
+    # "module.function" drawing the table, f(frame, png_path): `finish` draws <name>.png
+    # beside the CSV (and a sweep's collected report draws it again from all the rows)
+    figure: str = ""
 
     def row_key(self, row: Mapping[str, Any]) -> str:
         return ".".join(metric_key(row[k]) for k in self.key)
@@ -230,6 +238,8 @@ class Report:
         meta.write_text(json.dumps({
             "study": self.study, "name": self.name, "title": self.title,
             "measured": self.measured, "command": self.command, "params": self.params,
+            "key": list(self.key), "columns": list(self.columns), "metrics": list(self.metrics),
+            "figure": self.figure,
             "machine": asdict(self.machine) if self.machine else None,
             "load": self.load.as_dict() if self.load else None, "notes": self.notes},
             indent=1, default=str))
@@ -290,9 +300,15 @@ def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path
         report.machine = MachineFacts.probe()
     if not report.command:
         report.command = command_line()
+    if report.window_columns and report.load is not None:
+        for row in report.rows:
+            row.update(started=report.load.started, load_avg_1m_before=report.load.load_before,
+                       load_avg_1m_after=report.load.load_after)
     print("\n" + report.text(), flush=True)
     files = report.write(out_dir)
     print(f"\n-> {out_dir / report.name}.csv (.json, .txt)")
+    if report.figure:
+        report.extra_files.append(draw_figure(report, out_dir / f"{report.name}.png"))
     if publish_to is not None:
         from powerbench.measure.publish import publish
 
@@ -303,6 +319,15 @@ def finish(report: Report, out_dir: Path, tracking: Any = None, publish_to: Path
         if tracker.enabled and tracker.run_id:
             print(f"MLflow run {tracker.run_id} in experiment '{tracker.experiment}'")
     return files
+
+
+def draw_figure(report: Report, png: Path) -> Path:
+    """`report.figure` (a dotted path to f(frame, png_path)) drawn from its rows."""
+    import pandas as pd
+    from hydra.utils import get_method
+
+    get_method(report.figure)(pd.DataFrame(report.rows), png)
+    return png
 
 
 def finished_before(cfg: Any) -> str | None:
@@ -327,11 +352,14 @@ def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[R
     inside a load window, then `finish` every report (results/<study>/ when
     `publish_results`). `measure` returns the report(s) without machine or load."""
     from powerbench.paths import results_dir
+    from powerbench.tracking.jobs import sweep_marker
 
     done = finished_before(cfg)
     if done:
         print(f"skipped: this job finished before ({done}); rerun=true (or --force) "
               "measures it again")
+        copy_reports(Path(done).parent, Path(out_dir))
+        sweep_marker("skipped")
         return []
     machine = MachineFacts.probe()
     print(f"machine: {machine.line()}", flush=True)
@@ -344,4 +372,18 @@ def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[R
         files += finish(report, Path(out_dir), getattr(cfg, "tracking", None),
                         results_dir() if publish_results else None)
     mark_finished(cfg, next(p for p in files if p.suffix == ".json"))
+    sweep_marker("finished")
     return reports
+
+
+def copy_reports(earlier: Path, out_dir: Path) -> None:
+    """A skipped job's directory gets the earlier run's report files (<name>.csv/.json/.txt
+    and extra files beside them), so that a sweep's collected table stays complete."""
+    import shutil
+
+    if earlier.resolve() == out_dir.resolve() or not earlier.is_dir():
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path in earlier.iterdir():
+        if path.is_file() and path.suffix in (".csv", ".json", ".txt", ".png"):
+            shutil.copyfile(path, out_dir / path.name)

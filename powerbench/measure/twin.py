@@ -142,7 +142,7 @@ class EngineValidation:
                 "ops_token": self.ops.lm_head}
 
 
-def _twin_of(decoder: Any, prompt_ids: torch.Tensor) -> tuple[bool, OpCounts, str, int]:
+def twin_of(decoder: Any, prompt_ids: torch.Tensor) -> tuple[bool, OpCounts, str, int]:
     """(dense?, operator counts, dtype name, dense_from_rows) of one of our decoders."""
     from powerbench.engine.decoder import Decoder
 
@@ -177,7 +177,7 @@ def validate_engine(engine_cfg: EngineConfig, loaded: Any, prompts: Sequence[str
         decoder = build_engine(engine_cfg).build_decoder(loaded, **context)
         ids = build_prompt_batch(loaded.tokenizer, list(prompts), min(bench.prompt_tokens, 8),
                                  bench.batch_size)
-        dense, ops, dtype, dense_rows = _twin_of(decoder, ids.to(decoder.device))
+        dense, ops, dtype, dense_rows = twin_of(decoder, ids.to(decoder.device))
 
     def sim_metrics(hw: HardwareProfile) -> dict[str, float]:
         calibration = hw.meta.get("calibration", {})
@@ -265,7 +265,7 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
     batch, prompt, new = bench.batch_size, ids.shape[1], bench.new_tokens
     names = list(decoders)
     with torch_threads(bench.threads), torch.inference_mode():
-        twins = {n: _twin_of(d, ids[:, :min(prompt, 8)]) for n, d in decoders.items()}
+        twins = {n: twin_of(d, ids[:, :min(prompt, 8)]) for n, d in decoders.items()}
 
     def sim_metrics(name: str, hw: HardwareProfile) -> dict[str, float]:
         dense, ops, dtype, dense_rows = twins[name]

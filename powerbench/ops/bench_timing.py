@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+CUDA_FLUSH_MB = 512
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
@@ -26,7 +28,10 @@ class TimingPolicy:
     reps: int = 5  # at least this many timed calls
     min_time_s: float = 0.2  # ... and keep going until this much time was timed
     max_reps: int = 100
-    flush_mb: int = 64  # buffer read (CPU) / written (CUDA) before each call; 0 disables
+    flush_mb: int = 64  # buffer read before each call (CUDA: at least CUDA_FLUSH_MB); 0 disables
+    # CUDA: capture each call once into a CUDA graph and time its replays (the kernels run
+    # back to back, as in a decode step replayed from a graph; no per-kernel launch gaps)
+    cuda_graph: bool = False
 
 
 class Timer:
@@ -35,17 +40,24 @@ class Timer:
     def __init__(self, device: str, policy: TimingPolicy) -> None:
         self.device = device
         self.policy = policy
-        n = policy.flush_mb * 2**20 // 4
+        # On a GPU the flush also keeps the device busy while the host enqueues the timed
+        # call, so the events time the GPU's work, not the host's launch path (a decode loop
+        # whose host runs ahead, or a CUDA graph, hides that path the same way): at least
+        # CUDA_FLUSH_MB (~0.2 ms of writes on an H100, ten times its L2).
+        mb = max(policy.flush_mb, CUDA_FLUSH_MB) if device == "cuda" and policy.flush_mb else \
+            policy.flush_mb
+        n = mb * 2**20 // 4
         self._flush = torch.ones(n, device=device) if n else None
         self._flush_host = self._flush.numpy() if n and device == "cpu" else None
 
     def _flush_cache(self) -> None:
-        if self._flush is None:
-            return
+        # a READ on both devices: a written flush would leave the L2 full of dirty lines
+        # whose write-back then competes with the timed call's reads; on the CPU a
+        # single-threaded one (see the module doc)
         if self._flush_host is not None:
             self._flush_host.sum()  # one thread: no torch worker left spinning
-        else:
-            self._flush.zero_()
+        elif self._flush is not None:
+            self._flush.sum()
 
     def _once(self, fn: Callable[[], object]) -> float:
         self._flush_cache()
@@ -72,6 +84,8 @@ class Timer:
         reference see the same conditions, so their ratio is robust even when absolute
         times are not."""
         p = self.policy
+        if p.cuda_graph and self.device == "cuda":
+            fns = tuple(graphed(fn) for fn in fns)
         for _ in range(p.warmup):
             for fn in fns:
                 fn()
@@ -84,3 +98,36 @@ class Timer:
             for fn, out in zip(fns, times, strict=True):
                 out.append(self._once(fn))
         return times
+
+
+def graphed(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn`'s kernels captured once into a CUDA graph (after warm-up calls on a side
+    stream, as torch requires); returns the graph's replay. Raises with the reason when
+    `fn` cannot be captured (e.g. it synchronises with the host)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError as err:
+        raise RuntimeError(f"timing.cuda_graph: this call cannot be captured in a CUDA graph "
+                           f"({err}); time it without cuda_graph") from err
+    return graph.replay
+
+
+def timing_notes(device: str, policy: TimingPolicy) -> list[str]:
+    """What a reader must know about how a GPU call was timed ([] on the CPU)."""
+    if device != "cuda":
+        return []
+    how = ("each call's kernels replayed from a CUDA graph captured once (no launch gaps "
+           "between them)" if policy.cuda_graph else
+           "each call launched from the host as in an eager decode loop (launch gaps between "
+           "its kernels included)")
+    return [f"CUDA timing: GPU event time; before every call {CUDA_FLUSH_MB} MB are read "
+            f"(evicts the L2 without leaving dirty lines, and keeps the GPU busy while the host "
+            f"enqueues the call, so the host's launch path is hidden); {how}."]

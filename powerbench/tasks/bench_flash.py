@@ -35,9 +35,9 @@ def bench_flash(task: BenchFlashTask, cfg: PowerbenchConfig, out_dir: Path) -> l
 
 # ---- mode=ffn: the in-DRAM-capable shape ---------------------------------------------------
 def ffn_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
-    from powerbench.flash.bench import run_flash_bench
-    from powerbench.flash.bench_inputs import BenchShape
-    from powerbench.flash.bench_report import default_variants
+    from powerbench.measure.flash_ffn_bench import run_flash_bench
+    from powerbench.measure.flash_ffn_inputs import BenchShape
+    from powerbench.measure.flash_ffn_report import default_variants
     from powerbench.paths import cache_dir
     from powerbench.tasks.inputs import synthetic_spec
 
@@ -62,10 +62,18 @@ def ffn_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
                          "mb_per_token": m.get("flash_bytes_read_per_token", 0.0) / 1e6,
                          "read_gb_s": m.get("flash_read_gb_s"),
                          "hit_hot": m.get("flash_hit_rate_hot"),
-                         "hit_lru": m.get("flash_hit_rate_lru")})
+                         "hit_lru": m.get("flash_hit_rate_lru"),
+                         **report.ceiling(r)})
+    targets = report.target_lines()
+    print("\n".join(targets), flush=True)
     return Report(study="flash", name=f"bench_{shape.name}", rows=rows,
                   key=("phase", "variant"), title=f"bench-flash, {shape.name} shape ({SYNTHETIC})",
-                  notes=report.render().splitlines(), params={"task": as_container(task)})
+                  columns=("phase", "variant", "tokens_per_s", "x_dram", "mb_per_token",
+                           "read_gb_s", "hit_hot", "hit_lru", "reads_per_layer",
+                           "ceiling_tokens_per_s_at_batch", "fraction_of_ceiling_at_batch",
+                           "ceiling_tokens_per_s_best", "fraction_of_ceiling_best"),
+                  notes=targets + report.render().splitlines(),
+                  params={"task": as_container(task)})
 
 
 # ---- mode=capped: a model larger than its memory cap, against llama.cpp ---------------------
@@ -76,7 +84,7 @@ def _spec(model: str, task: BenchFlashTask) -> Any:
 
 
 def _sparsity(model: str, name: str) -> Any:
-    from powerbench.flash.capped_worker import Sparsity
+    from powerbench.measure.flash_capped_worker import Sparsity
 
     stats = group_config("model", model).stats
     return Sparsity(name, float(stats.token_sparsity), f"{model}: {stats.source}")
@@ -84,8 +92,8 @@ def _sparsity(model: str, name: str) -> Any:
 
 def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]:
     """The capped-memory comparison of `task.model` and the ablation (typed, composed)."""
-    from powerbench.flash.capped_runs import CappedExperiment, model_bytes
-    from powerbench.flash.capped_worker import FlashRun
+    from powerbench.measure.flash_capped_runs import CappedExperiment, model_bytes
+    from powerbench.measure.flash_capped_worker import FlashRun
     from powerbench.paths import cache_dir
 
     if not 0.0 < task.cap_fraction <= 1.0:
@@ -126,8 +134,8 @@ def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]
 
 
 def capped_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Report]:
-    from powerbench.flash.capped_report import render, summary_rows, target_lines
-    from powerbench.flash.capped_runs import run_capped
+    from powerbench.measure.flash_capped_report import render, summary_rows, target_lines
+    from powerbench.measure.flash_capped_runs import run_capped
 
     reports = []
     for exp in capped_experiments(task, cfg):
@@ -166,7 +174,7 @@ def capped_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Report]:
 def recall_report(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
     import numpy as np
 
-    from powerbench.flash.lookahead_recall import default_model_dir, lookahead_recall
+    from powerbench.measure.flash_lookahead_recall import default_model_dir, lookahead_recall
 
     model_dir = task.recall_model_dir or str(default_model_dir())
     res = lookahead_recall(model_dir, tuple(task.recall_fractions))
@@ -179,7 +187,7 @@ def recall_report(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
 
 
 def prediction_report(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
-    from powerbench.flash.overheads import engine_costs
+    from powerbench.measure.flash_overheads import engine_costs
     from powerbench.measure.flash_prediction import costs_line, parse_report, predict
 
     if not task.predict_report:

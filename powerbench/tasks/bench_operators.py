@@ -18,6 +18,7 @@ from powerbench.measure.harness import Report, run_benchmark
 from powerbench.ops.bench import QUICK, OperatorBenchConfig
 from powerbench.ops.bench import run_benchmark as measure_operators
 from powerbench.ops.bench_report import plot_speedup, record, target_notes
+from powerbench.ops.bench_timing import timing_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
 
@@ -67,7 +68,7 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
                "speedup = dense time / sparse time, interleaved in the same run; ideal = "
                "1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s",
-               *target_notes(rows)],
+               *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},
                 "isa": isa, "bandwidth_gbps": round(bandwidth.gbps, 2),
                 "bandwidth_method": bandwidth.method},

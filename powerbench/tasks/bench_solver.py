@@ -1,27 +1,38 @@
 """`powerbench bench-solver`: placement solvers (ILP vs greedy) at paper scale.
 
-OPT-30B, OPT-66B, LLaMA(ReGLU)-70B and OPT-175B synthetic profiles on pc_high and pc_low;
-for each, greedy (PowerInfer's released top-k) and the ILP (PowerInfer paper, §6) under the
-paper's communication rule (`dense`) and its activation-weighted variant (`expected`).
-Reports through the measurement harness (study `solver`: table, CSV, plot in the run
-directory, one MLflow run; `task.publish=true` also writes results/solver/).
+The grid is a Hydra sweep: each job solves the placement of one model (`model=`) on one
+machine (`hardware=`) with one solver (`solver=`, `solver.communication=`), typed by its
+config group like every other run. conf/task/bench_solver.yaml sweeps PowerInfer's
+largest models (OPT-30B, OPT-66B, LLaMA(ReGLU)-70B, OPT-175B, synthetic profiles) on
+pc_high and pc_low with greedy (PowerInfer's released top-k) and the ILP (PowerInfer
+paper, §6) under the paper's communication rule (`dense`) and its activation-weighted
+variant (`expected`):
+
+    powerbench -m bench-solver                                    # the whole grid
+    powerbench -m bench-solver model=opt_13b solver=greedy,ilp    # a grid of your own
+    powerbench bench-solver model=opt_66b hardware=pc_low solver=ilp   # one cell
+
+Each job reports its row through the measurement harness (study `solver`) in its own
+directory; at the sweep's end `powerbench.measure.sweep_reports.CollectReports` (a Hydra
+callback) collects the jobs into one table, CSV and plot in the sweep directory and one
+MLflow run; `task.publish=true` writes that table into results/solver/. A re-run
+of the sweep skips finished jobs and still collects the whole grid.
 
 Weights are fp16 where the model fits the machine (GPU + CPU), else int4, as PowerInfer
-evaluates its largest models. Dense parts get `dense_gpu_share` 0.5 of the GPU by default
-(`task.solver_overrides`): with PowerInfer's dense-first loader (1.0) these models leave
-the FFN almost no GPU memory and the ILP is trivial. The machine's load average is
-recorded per row: on a shared 2-core machine timings are noisy.
+evaluates its largest models. Dense parts get `solver.dense_gpu_share` 0.5 of the GPU (the
+task's yaml): with PowerInfer's dense-first loader (1.0) these models leave the FFN almost
+no GPU memory and the ILP is trivial. Each row carries its job's start (UTC) and load
+average (the harness's window): on a shared 2-core machine timings are noisy.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from powerbench.config import PowerbenchConfig, group_config
+from powerbench.config import PowerbenchConfig, as_container
 from powerbench.hardware import load_hardware
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.model.loading import spec_from_config
@@ -45,8 +56,7 @@ def run_one(spec, profile, hw, dtype: str, solver_cfg) -> dict:
     row = {"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
            "solver": solver_cfg.name, "communication": str(solver_cfg.communication),
            "dense_gpu_share": solver_cfg.dense_gpu_share, "layers": spec.n_layers,
-           "neurons_per_layer": spec.neurons_per_layer,
-           "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+           "neurons_per_layer": spec.neurons_per_layer}
     start = time.perf_counter()
     try:
         p = solve(solver_cfg, spec, profile, hw, weight_dtype=dtype)
@@ -69,7 +79,6 @@ def run_one(spec, profile, hw, dtype: str, solver_cfg) -> dict:
         gpu_neuron_load_share=round(metrics["gpu_neuron_load_share"], 5),
         cl_min=int(p.min_gpu_neurons.min()), cl_max=int(p.min_gpu_neurons.max()),
         cl_violations=p.cl_violations,
-        load_avg_1m_after=round(os.getloadavg()[0], 2),
     )
     return row
 
@@ -104,36 +113,39 @@ SHOWN = ("model", "hardware", "weight_dtype", "solver", "communication", "ffn_bu
 
 
 def bench_solver(task: BenchSolverTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
-    return run_benchmark(cfg, out_dir, lambda: measure_solvers(task, out_dir), task.publish)
+    if task.publish and not in_multirun():  # one cell would replace the grid's page
+        raise ValueError("task.publish=true publishes the whole grid: run it as a sweep, "
+                         "powerbench -m bench-solver task.publish=true")
+    # the jobs of a sweep never publish: their collected report does (sweep_reports)
+    return run_benchmark(cfg, out_dir, lambda: measure_solver(cfg))
 
 
-def measure_solvers(task: BenchSolverTask, out_dir: Path) -> Report:
-    rows = []
-    for model in task.models:
-        spec = spec_from_config(group_config("model", model))
-        profile = synthetic_profile(spec)
-        for hw_name in task.hardware:
-            hw = load_hardware(group_config("hardware", hw_name))
-            dtype = pick_dtype(spec, hw, task.context)
-            for communication in task.communication:
-                for solver in task.solvers:
-                    solver_cfg = group_config("solver", solver, [
-                        f"communication={communication}", f"context={task.context}",
-                        *task.solver_overrides,
-                        *(task.ilp_overrides if solver == "ilp" else [])])
-                    row = run_one(spec, profile, hw, dtype, solver_cfg)
-                    rows.append(row)
-                    print(f"{model:16s} {hw_name:8s} {dtype:4s} {solver:6s} {communication:8s} "
-                          f"{row.get('status')}  t={row['solve_time_s']:.2f}s", flush=True)
-    figure = Path(out_dir) / "solver_scale.png"
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    plot(pd.DataFrame(rows), figure)
+def in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def measure_solver(cfg: PowerbenchConfig) -> Report:
+    """One cell of the grid: the composed model, hardware and solver."""
+    if cfg.hardware is None or cfg.solver is None:
+        raise ValueError("bench-solver needs hardware=<profile> and solver=<solver> "
+                         "(conf/task/bench_solver.yaml sets both)")
+    spec = spec_from_config(cfg.model)
+    hw = load_hardware(cfg.hardware)
+    dtype = pick_dtype(spec, hw, cfg.solver.context or spec.max_positions)
+    row = run_one(spec, synthetic_profile(spec), hw, dtype, cfg.solver)
+    print(f"{spec.name:16s} {hw.name:8s} {dtype:4s} {cfg.solver.name:6s} "
+          f"{row['communication']:8s} {row.get('status')}  t={row['solve_time_s']:.2f}s",
+          flush=True)
     return Report(
-        study="solver", name="solver_scale", rows=rows,
+        study="solver", name="solver_scale", rows=[row],
         key=("model", "hardware", "solver", "communication"),
-        columns=[c for c in SHOWN if any(c in r for r in rows)],
+        columns=[c for c in SHOWN if c in row or c == "load_avg_1m_before"],  # stamped later
         metrics=("solve_time_s", "objective", "solver_gap", "bound_gap",
                  "gpu_neuron_load_share", "cl_violations"),
         title="placement solvers at paper scale (synthetic profiles)",
-        params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")}},
-        extra_files=[figure])
+        figure="powerbench.tasks.bench_solver.plot", window_columns=True,
+        params={"model": spec.name, "hardware": hw.name, "weight_dtype": dtype,
+                "solver": as_container(cfg.solver)})

@@ -41,17 +41,19 @@ class ValidateTask:
 
     _target_: str = "powerbench.tasks.validate.validate"
     name: str = "validate"
+    # synthetic weights only: `dense` and sparse backends measured side by side (with the
+    # trained model the engine is the `engine` group: powerbench -m validate engine=a,b)
     engines: list[str] = field(default_factory=lambda: ["dense", "sparse_cpu"])
     calibrate: bool = True  # re-measure the CPU rates around the engine rounds
     rounds: int = 12  # engine runs per engine, calibrations before, between and after
-    figure: bool = True  # redraw results/validation_local.* from this batch (needs tracking)
+    figure: bool = True  # draw the figure (measured vs simulated) beside the report
+    publish: bool = False  # also write the report into results/validation/
     # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts
     synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
     synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
-    out: str | None = None  # CSV appended to (None: results/calibration/validation_realsize.csv)
 
 
 @dataclass
@@ -85,6 +87,7 @@ class TimingOptions:
     reps: int | None = None  # minimum timed calls per measurement
     min_time_s: float | None = None  # minimum timed seconds per measurement
     flush_mb: int | None = None  # cache-flush buffer before each call (0: off)
+    cuda_graph: bool | None = None  # CUDA: time each call replayed from a captured graph
 
 
 @dataclass
@@ -111,21 +114,34 @@ class BenchOperatorsTask:
 
 
 @dataclass
+class BenchHybridTask:
+    """engine=hybrid vs llama.cpp-style layer offload on a real-size shape with synthetic
+    weights, each row beside its simulated twin (powerbench.measure.hybrid_bench; needs a
+    CUDA GPU)."""
+
+    _target_: str = "powerbench.tasks.bench_hybrid.bench_hybrid"
+    name: str = "bench_hybrid"
+    synthetic_model: str = "opt_6_7b"  # a model config with a `spec` section (shapes)
+    layers: int = 8  # evenly spaced over the model's depth
+    gpu_ffn_shares: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    rounds: int = 5
+    prompt_tokens: int = 16
+    new_tokens: int = 32
+    batch: int = 1
+    threads: int = 8  # CPU workers of the CPU part
+    simulate: bool = True  # measure the local profile (GPU included) and add the twin
+    publish: bool = False  # also write the report into results/hybrid_gpu/
+
+
+@dataclass
 class BenchSolverTask:
-    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles."""
+    """Placement solvers (ILP vs greedy) at paper scale on synthetic profiles: one job per
+    model x hardware x solver cell of a Hydra sweep (`powerbench -m bench-solver`; the
+    grid is the task yaml's `hydra.sweeper.params`), collected into one table."""
 
     _target_: str = "powerbench.tasks.bench_solver.bench_solver"
     name: str = "bench_solver"
-    models: list[str] = field(
-        default_factory=lambda: ["opt_30b", "opt_66b", "llama_reglu_70b", "opt_175b"])
-    hardware: list[str] = field(default_factory=lambda: ["pc_high", "pc_low"])
-    communication: list[str] = field(default_factory=lambda: ["dense", "expected"])
-    solvers: list[str] = field(default_factory=lambda: ["greedy", "ilp"])
-    # overrides for every solver run (conf/solver keys), and for the ILP's runs only
-    solver_overrides: list[str] = field(default_factory=lambda: ["dense_gpu_share=0.5"])
-    ilp_overrides: list[str] = field(default_factory=list)  # e.g. ["group_size=64"]
-    context: int = 2048
-    publish: bool = False  # also write the report into results/solver/
+    publish: bool = False  # also write the (collected) report into results/solver/
 
 
 @dataclass
@@ -138,8 +154,8 @@ class BenchFlashTask:
     "capped": `model` (e.g. llama_reglu_13b) decoded with its FFN only in the flash file
     under a memory cgroup of `cap_fraction` of the model, against llama.cpp's mmap in the
     same cap, at the model's published sparsity and `sparser_model`'s; plus the
-    Fig. 14-order ablation on `ablation_model` at `ablation_budget` (powerbench.flash.
-    capped_runs). "lookahead_recall": how well layer l's FFN input predicts layer l+1's
+    Fig. 14-order ablation on `ablation_model` at `ablation_budget` (powerbench.measure.
+    flash_capped_runs). "lookahead_recall": how well layer l's FFN input predicts layer l+1's
     active neurons on a real model (`recall_model_dir`). "predict_local": the simulator's
     flash tier against the measured report `predict_report`.
     """
@@ -247,6 +263,7 @@ class HybridLocalTask:
     _target_: str = "powerbench.tasks.hybrid_local.hybrid_local"
     name: str = "hybrid_local"
     gpu_budget_mb: float = 8.0  # GPU memory the placement may use (so the model does not fit)
+    publish: bool = False  # also write the report into results/hybrid_local/
 
 
 @dataclass
@@ -273,7 +290,7 @@ class SensitivityTask:
         "hybrid_roundtrip_us": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
-    validation_batches: int = 11  # last real-size `validate` invocations shown on the page
+    validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown
     page_only: bool = False  # redraw README.md from the CSVs (no simulation)
 
 
@@ -319,6 +336,7 @@ class DocsTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
+           "bench_hybrid": BenchHybridTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,

@@ -7,7 +7,9 @@ per layer. The placement comes from the experiment's solver (default greedy) on 
 profile (measured here, GPU included) whose free GPU memory is capped at
 `task.gpu_budget_mb` so that the model does NOT fit: otherwise every neuron would go to the
 GPU and nothing would be hybrid. Prints and logs (MLflow experiment `hybrid_local`) the
-measured tokens/s and GPU/CPU neuron-load split, the simulated ones, and sim_error_pct.
+measured tokens/s and GPU/CPU neuron-load split, the simulated ones, and sim_error_pct,
+through the measurement harness (one table, CSV and JSON in the run directory, one MLflow
+run, skip-if-finished; `task.publish=true` also writes results/hybrid_local/).
 Needs a CUDA device (stops with the message without one).
 """
 
@@ -18,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from powerbench.build import build
-from powerbench.config import PowerbenchConfig, as_container
+from powerbench.config import PowerbenchConfig
 from powerbench.engine import build_engine, build_prompt_batch, run_engine
 from powerbench.engine.hybrid import require_cuda
 from powerbench.hardware import load_hardware
+from powerbench.measure.harness import Report, run_benchmark
 from powerbench.measure.op_counts import count_ops
 from powerbench.measure.twin import BYTES, compare
 from powerbench.predictor import build_predictors
@@ -47,11 +49,15 @@ def cap_gpu(hardware, budget_bytes: float):
     return replace(hardware, memories={**hardware.memories, tier_name: capped})
 
 
-def hybrid_local(task: HybridLocalTask, cfg: PowerbenchConfig, out_dir: Path) -> dict:
+def hybrid_local(task: HybridLocalTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
     try:
         require_cuda()
     except RuntimeError as err:  # no GPU here: say so, without a traceback
         raise SystemExit(str(err)) from None
+    return run_benchmark(cfg, out_dir, lambda: measure(task, cfg), task.publish)
+
+
+def measure(task: HybridLocalTask, cfg: PowerbenchConfig) -> Report:
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     hardware = cap_gpu(load_hardware(cfg.hardware), task.gpu_budget_mb * 1e6)
@@ -75,13 +81,15 @@ def hybrid_local(task: HybridLocalTask, cfg: PowerbenchConfig, out_dir: Path) ->
     errors = compare(measured.metrics, sim.metrics, cfg.bench.new_tokens, cfg.bench.batch_size)
     metrics = {**measured.metrics, **sim.metrics, **errors,
                **placement.metrics(profile), "gpu_budget_mb": task.gpu_budget_mb}
-    tracker = build(cfg.tracking)
-    with tracker.run(f"hybrid-{loaded.spec.name}-{cfg.solver.name}", tags={"measured": "true"}):
-        tracker.log_params(as_container(cfg))
-        tracker.log_metrics(metrics)
-    print(f"device: {hardware.description}; placement {cfg.solver.name} with "
-          f"{task.gpu_budget_mb} MB of GPU memory")
-    for key in SHOWN:
-        if key in metrics:
-            print(f"  {key:36s} {metrics[key]:.4g}")
-    return metrics
+    row = {"system": f"hybrid {cfg.solver.name}",
+           **{k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}}
+    return Report(
+        study="hybrid_local", name=f"hybrid_local_{loaded.spec.name}", rows=[row],
+        key=("system",), columns=("system", *[k for k in SHOWN if k in row]),
+        title=f"engine=hybrid measured beside its twin: {loaded.spec.name}, placement "
+              f"{cfg.solver.name} with {task.gpu_budget_mb} MB of GPU memory "
+              f"({hardware.description})",
+        params={"model": loaded.spec.name, "solver": cfg.solver.name,
+                "gpu_budget_mb": task.gpu_budget_mb, "dtype": dtype},
+        notes=["sim_*: the cost model for the same run on the `local` profile (GPU capped to "
+               "the budget); sim_error_pct against the measured median."])

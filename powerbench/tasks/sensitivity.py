@@ -29,6 +29,7 @@ from powerbench.tasks.calibration_set import (
     rows,
 )
 from powerbench.tasks.config import SensitivityTask
+from powerbench.tasks.validate_synthetic import realsize_section
 
 GB = 1e9
 
@@ -137,7 +138,7 @@ def sensitivity(task: SensitivityTask, cfg: PowerbenchConfig, out_dir: Path) -> 
         table.to_csv(out / "calibration_rows.csv", index=False)
         sens_frame.to_csv(out / "sensitivity.csv", index=False, float_format="%.3f")
     page = render_page(table, sens_frame, task.step)
-    page += validation_section(out / "validation_realsize.csv", task.validation_batches)
+    page += realsize_section(out.parent / "validation", task.validation_batches)
     (out / "README.md").write_text(page)
     print(page)
     return table
@@ -170,43 +171,6 @@ def calibration_tables(task: SensitivityTask) -> tuple[pd.DataFrame, pd.DataFram
                          f"plus_{round(100 * step)}pct": _change(c, hi),
                          "unit": "points" if c.published.absolute else "%"})
     return table, pd.DataFrame(sens)
-
-
-VALIDATION_COLUMNS = ["date", "dtype", "threads", "layers", "engine", "hardware_variant",
-                      "measured_decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct",
-                      "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s",
-                      "sim_prefill_error_pct", "host_load_avg_1m_before",
-                      "host_load_avg_1m_after"]
-
-
-def validation_section(csv: Path, batches: int) -> str:
-    """The last `batches` real-size validation invocations (`powerbench validate
-    task.synthetic_model=...` appends them to validation_realsize.csv): measured medians
-    beside the twin fed the cached `local` profile ("profile") and the in-run calibration."""
-    if not csv.exists() or batches <= 0:
-        return ""
-    frame = pd.read_csv(csv)
-    keep = list(dict.fromkeys(frame["validation_batch"]))[-batches:]
-    frame = frame[frame["validation_batch"].isin(keep)]
-    lines = ["", "## The `local` profile predicts `powerbench validate` (MEASURED here)", "",
-             "Rows of `validation_realsize.csv` (appended by `powerbench validate "
-             "task.synthetic_model=opt_1_3b task.layers=8 task.rounds=3 task.dtype=<dtype> "
-             "bench.threads=<n> task.out=results/calibration/validation_realsize.csv`; "
-             "synthetic weights of OPT-1.3B's real shapes, 8 of 24 layers; dates UTC, load "
-             "= 1-minute load average before/after). `profile`: the twin fed the cached "
-             "`local` profile alone (its engine-kernel rates, measured once per machine); "
-             "`calibrated`: re-measured around the rounds. Errors: simulated vs the measured "
-             "median.", "",
-             "| date | dtype | threads | engine | variant | decode meas. | decode sim. | error "
-             "| prefill meas. | prefill sim. | error | load |", "|" + "---|" * 12]
-    for r in frame[VALIDATION_COLUMNS].itertuples(index=False):
-        lines.append(f"| {r.date} | {r.dtype} | {r.threads} | {r.engine} | "
-                     f"{r.hardware_variant} | {r.measured_decode_tokens_per_s:.3g} | "
-                     f"{r.sim_decode_tokens_per_s:.3g} | {r.sim_error_pct:+.1f}% | "
-                     f"{r.measured_prefill_tokens_per_s:.3g} | {r.sim_prefill_tokens_per_s:.3g} "
-                     f"| {r.sim_prefill_error_pct:+.1f}% | {r.host_load_avg_1m_before:.1f}-"
-                     f"{r.host_load_avg_1m_after:.1f} |")
-    return "\n".join(lines) + "\n"
 
 
 def _note(missing: dict[str, str], label: str, value: float, within: bool) -> str:

@@ -1,37 +1,64 @@
 """`powerbench validate`: measured engines vs their simulated twins on `hardware=local`.
 
-For each engine in `task.engines` (default `dense` and `sparse_cpu`) on the experiment's
-model (default `tiny_relu`): measure it in `task.rounds` rounds with calibrations of the
-local profile's CPU rates before, between and after them, simulate its twin (see
-powerbench.measure.twin), log one MLflow run per (engine, hardware variant) with the
-measured metrics, the sim_* metrics and the errors, and redraw results/validation_local.*.
-conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu,
-predictor=fixed (sparse engines), bench.repeats=3, experiment `validation_local`.
-With `task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
-SYNTHETIC weights instead: powerbench.tasks.validate_synthetic.
+The experiment's engine (`engine=`, default dense) on its model (default `tiny_relu`):
+measured in `task.rounds` rounds with calibrations of the local profile's CPU rates
+before, between and after them, and its twin simulated (see powerbench.measure.twin) with
+the profile as cached (`profile`) and as re-measured around the rounds (`calibrated`).
+The engines to compare are a Hydra sweep, each a typed `engine` option:
+
+    powerbench -m validate                          # dense and sparse_cpu (the task yaml)
+    powerbench -m validate engine=dense,sparse_cpu bench.threads=1,2
+    powerbench validate engine=sparse_cpu           # one engine
+
+conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu, predictor=fixed
+(sparse engines), bench.repeats=3, experiment `validation_local`. With
+`task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
+SYNTHETIC weights instead, `task.engines` side by side: powerbench.tasks.validate_synthetic.
+
+Reports through the measurement harness (study `validation`): one row per engine and
+hardware variant (measured, simulated, errors, the rates the twin was given), the table,
+CSV/JSON/txt and the figure (`validation_local.png`, powerbench.figures.validation) in the
+run directory, one MLflow run with `<engine>.<variant>.<column>` metrics; a sweep's jobs
+are collected into one such report in the sweep directory (powerbench.measure.
+sweep_reports); a re-run of the same config is skipped (`rerun=true` measures again);
+`task.publish=true` also writes results/validation/.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from powerbench.build import build
-from powerbench.config import PowerbenchConfig, as_container, group_config
+from powerbench.config import PowerbenchConfig, as_container
 from powerbench.engine.base import TORCH_DTYPES
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.measure.calibration import calibrate_local
-from powerbench.measure.twin import EngineValidation, summary_table, validate_engine
+from powerbench.measure.harness import Report, run_benchmark
+from powerbench.measure.twin import EngineValidation, validate_engine
 from powerbench.model.spec import WeightDType
 from powerbench.predictor import build_predictors
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
 from powerbench.tasks.inputs import model_inputs
+
+STUDY = "validation"
+# the numeric columns logged as `<engine>.<variant>.<column>` metrics
+METRICS = ("measured_decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error_pct",
+           "sim_error_paired_pct", "measured_best_decode_tokens_per_s", "sim_error_best_pct",
+           "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct",
+           "sim_prefill_error_paired_pct", "measured_best_prefill_tokens_per_s",
+           "sim_prefill_error_best_pct", "measured_end_to_end_tokens_per_s",
+           "sim_end_to_end_tokens_per_s", "sim_end_to_end_error_pct", "ops_attention",
+           "ops_ffn", "ops_token", "cpu_bw_gb_s", "op_us", "sparse_call_us", "cpu_gflops",
+           "cpu_attention_gflops")
+SHOWN = ("engine", "hardware_variant", "measured_decode_tokens_per_s",
+         "sim_decode_tokens_per_s", "sim_error_pct", "sim_error_paired_pct",
+         "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct",
+         "sim_end_to_end_error_pct")
 
 
 def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
@@ -44,12 +71,38 @@ def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
     return cfg.predictor
 
 
-def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path
-             ) -> list[EngineValidation]:
+def validation_row(v: EngineValidation, context: dict[str, Any]) -> dict[str, Any]:
+    """One report row: `context` (model, shapes ...), the comparison and the rates the
+    twin was given."""
+    hw, calibration = v.hardware, v.hardware.meta.get("calibration", {})
+    return {**context, **v.row(),
+            "measured_best_prefill_tokens_per_s":
+                v.measured.get("best_prefill_tokens_per_s", float("nan")),
+            "cpu_bw_gb_s": hw.cpu_bw / 1e9, "op_us": hw.launch_s * 1e6,
+            "sparse_call_us": calibration.get("calibrated_sparse_call_us", 0.0),
+            "cpu_gflops": (hw.cpu.effective_flops or 0) / 1e9,
+            "cpu_attention_gflops": (hw.cpu.effective_attention_flops or 0) / 1e9}
+
+
+def validation_report(name: str, title: str, rows: list[dict[str, Any]], figure: bool,
+                      **fields: Any) -> Report:
+    """The harness report of one `validate` invocation (both modes), with its figure."""
+    return Report(study=STUDY, name=name, rows=rows, key=("engine", "hardware_variant"),
+                  title=title, metrics=METRICS, columns=SHOWN,
+                  figure="powerbench.figures.validation.plot_validation" if figure else "",
+                  **fields)
+
+
+def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
     if task.synthetic_model:  # real-size shapes, synthetic weights: speed only
         from powerbench.tasks.validate_synthetic import validate_synthetic
 
-        return validate_synthetic(task, cfg)
+        return validate_synthetic(task, cfg, out_dir)
+    return run_benchmark(cfg, out_dir, lambda: measure_model(task, cfg), task.publish)
+
+
+def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
+    """The experiment's model (trained weights) in our engines vs their twins."""
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
     local = load_hardware(cfg.hardware)
@@ -67,51 +120,27 @@ def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path
 
     placement = solve(cfg.solver, loaded.spec, profile, local,
                       weight_dtype=cfg.model.weight_dtype)
-    tracker = build(cfg.tracking)
-    results: list[EngineValidation] = []
-    batch = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # this invocation's runs
-    for name in task.engines:
-        engine_cfg = group_config("engine", name)
-        predictor = engine_predictor(cfg, name)
-        predictors = (build_predictors(predictor, loaded, profile, cache)
-                      if predictor is not None else None)
-        load_before = os.getloadavg()[0]
-        runs = validate_engine(engine_cfg, loaded, split.heldout, bench, profile, placement,
-                               local, predictors,
-                               calibrate=recalibrate if task.calibrate else None,
-                               rounds=task.rounds)
-        load = {"host_load_avg_1m_before": load_before,
-                "host_load_avg_1m_after": os.getloadavg()[0]}
-        for v in runs:
-            log_validation(tracker, cfg, engine_cfg, predictor, v, load, batch)
-            results.append(v)
-    print(summary_table(results).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    if task.figure and tracker.enabled:
-        from powerbench.figures.validation import validation_local
-
-        out = validation_local(tracking_uri=tracker.uri)
-        print(f"\n-> {out.csv}, {out.png}")
-    return results
-
-
-def log_validation(tracker, cfg: PowerbenchConfig, engine_cfg, predictor,
-                   v: EngineValidation, load: dict[str, float], batch: str) -> None:
-    """One MLflow run: the engine's measured metrics, its twin's sim_* metrics, errors."""
-    with tracker.run(f"validate-{v.engine}-{v.hardware_variant}",
-                     tags={"validation": "true", "hardware_variant": v.hardware_variant,
-                           "measured": "true", "validation_batch": batch}):
-        tracker.log_params({**as_container(dataclasses.replace(
-            cfg, engine=engine_cfg, predictor=predictor))})
-        tracker.log_params({"validation": {"hardware_variant": v.hardware_variant}})
-        calibration = v.hardware.meta.get("calibration", {})
-        tracker.log_metrics({**v.measured, **v.simulated, **v.errors,
-                             "ops_attention": v.ops.attention,
-                             "ops_ffn": v.ops.ffn_dense or v.ops.ffn_sparse,
-                             "ops_token": v.ops.lm_head,
-                             "sim_cpu_sparse_call_us":
-                                 calibration.get("calibrated_sparse_call_us", 0.0),
-                             **load,
-                             "hw_cpu_gflops": (v.hardware.cpu.effective_flops or 0) / 1e9,
-                             "hw_cpu_attention_gflops":
-                                 (v.hardware.cpu.effective_attention_flops or 0) / 1e9,
-                             **{f"hw_{k}": val for k, val in v.hardware.summary().items()}})
+    if cfg.engine is None:
+        raise ValueError("validate needs an engine: engine=dense|sparse_cpu|... (or sweep "
+                         "them: powerbench -m validate engine=dense,sparse_cpu)")
+    predictor = engine_predictor(cfg, cfg.engine.name)
+    predictors = (build_predictors(predictor, loaded, profile, cache)
+                  if predictor is not None else None)
+    results = validate_engine(cfg.engine, loaded, split.heldout, bench, profile, placement,
+                              local, predictors,
+                              calibrate=recalibrate if task.calibrate else None,
+                              rounds=task.rounds)
+    context = {"model": loaded.spec.name, "weights": "trained", "dtype": cfg.model.dtype}
+    return validation_report(
+        "validation_local", f"validate, {loaded.spec.name}: measured engine(s) vs their "
+        f"simulated twins on hardware=local ({bench.threads or 'all'} thread(s), batch "
+        f"{bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, "
+        f"{task.rounds} rounds x {bench.repeats} repeats)",
+        [validation_row(v, context) for v in results], task.figure,
+        params={"model": loaded.spec.name, "engine": as_container(cfg.engine),
+                "predictor": as_container(predictor) if predictor else None,
+                "solver": cfg.solver.name if cfg.solver else None,
+                "bench": as_container(bench), "task": as_container(task)},
+        notes=["profile: the twin fed the cached `local` hardware profile; calibrated: its "
+               "CPU rates re-measured before, between and after the engine rounds",
+               "errors: 100 x (simulated - measured) / measured; measured = median repeat"])

@@ -11,30 +11,32 @@ statistics; `TraceReplay`, an oracle that costs nothing). The twin gets the same
 exact, free oracle. Measured in interleaved rounds with calibrations of the local CPU rates
 at this model's working set and shapes before, between and after them
 (`powerbench.measure.twin.validate_decoders`); the decode error is against each engine's
-median over the rounds. Rows are APPENDED to results/calibration/validation_realsize.csv (one
-`validation_batch` per invocation) and one MLflow run per (engine, hardware variant) is
-logged to experiment `validation_realsize` (never to validation_local's figure).
+median over the rounds.
+
+Reports through the measurement harness like `validate` (powerbench.tasks.validate): the
+report `realsize_<model>_<dtype>_<n>of<N>_t<threads>` (study `validation`; rows carry the
+run's UTC start and load average), its figure, one MLflow run in experiment
+`validation_realsize` (never validation_local's figure); `task.publish=true` writes
+results/validation/, one CSV per configuration, which `realsize_section` turns into the
+section of the calibration page (`powerbench sensitivity`) that lists them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from powerbench.build import build
 from powerbench.config import PowerbenchConfig, as_container
 from powerbench.hardware import load_hardware
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.measure.calibration import calibrate_local
-from powerbench.measure.twin import EngineValidation, summary_table, validate_decoders
-from powerbench.paths import results_dir
+from powerbench.measure.harness import Report, run_benchmark
+from powerbench.measure.twin import validate_decoders
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
+from powerbench.tasks.validate import validation_report, validation_row
 
 SYNTHETIC_NOTE = ("SYNTHETIC weights: only speed is meaningful (seeded random weights of the "
                   "real shapes; sparse active sets replayed from the synthetic activation "
@@ -75,15 +77,21 @@ def check_engines(engines: list[str]) -> None:
                              "weights")
 
 
-def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> list[EngineValidation]:
-    import pandas as pd
+def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
+    check_engines(list(task.engines))
+    if getattr(cfg.tracking, "experiment", None) == "validation_local":  # not its figure
+        cfg = dataclasses.replace(cfg, tracking=dataclasses.replace(cfg.tracking,
+                                                                    experiment=EXPERIMENT))
+    return run_benchmark(cfg, out_dir, lambda: measure_synthetic(task, cfg), task.publish)
+
+
+def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     import torch
 
     from powerbench.tasks.inputs import synthetic_inputs
 
     assert task.synthetic_model is not None
     bench = cfg.bench
-    check_engines(list(task.engines))
     inputs = synthetic_inputs(
         task.synthetic_model, task.layers, task.synthetic_overrides, task.dtype, task.seed,
         bench, announce=lambda full, spec: print(
@@ -108,59 +116,62 @@ def validate_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> list[Engine
                                attention_shape=(bench.prompt_tokens, spec.n_heads,
                                                 spec.head_dim))[0]
 
-    load_before = os.getloadavg()[0]
-    start = time.perf_counter()
     results = validate_decoders(decoders, ids, spec, bench, profile, placement, local,
                                 predictors, calibrate=recalibrate if task.calibrate else None,
                                 rounds=task.rounds)
-    measure_s = time.perf_counter() - start
-    load = {"host_load_avg_1m_before": load_before,
-            "host_load_avg_1m_after": os.getloadavg()[0]}
-    batch = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    print(f"\n{spec.name} shape, SYNTHETIC weights, {task.dtype}, {spec.n_layers} of "
-          f"{full.n_layers} layers (kept from the profile: {trace.layer_ids}), weights built "
-          f"in {build_s:.0f} s, batch {bench.batch_size}, prompt {bench.prompt_tokens}, "
-          f"{bench.new_tokens} new tokens, {bench.threads} thread(s) (0: all), "
-          f"{task.rounds} interleaved rounds x {bench.repeats} repeat(s), measured in "
-          f"{measure_s:.0f} s, load average {load_before:.2f} -> "
-          f"{load['host_load_avg_1m_after']:.2f}\n")
-    table = summary_table(results)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\n{SYNTHETIC_NOTE}")
-    extra = {"weights": "synthetic", "validation_batch": batch,
-             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
-             "cpus": os.cpu_count(), "model": spec.name, "dtype": task.dtype,
-             "layers": spec.n_layers, "model_layers": full.n_layers,
-             "d_model": spec.d_model, "d_ffn": spec.d_ffn, "batch": bench.batch_size,
-             "prompt_tokens": bench.prompt_tokens, "new_tokens": bench.new_tokens,
-             "threads": bench.threads, "rounds": task.rounds, "repeats": bench.repeats,
-             "measure_s": measure_s, **load}
-    for i, (key, value) in enumerate(extra.items()):
-        table.insert(i, key, value)
-    out = Path(task.out) if task.out else results_dir() / "calibration" / f"{EXPERIMENT}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists():  # one file for every run: the 3-runs-out-of-3 check reads them all
-        table = pd.concat([pd.read_csv(out), table], ignore_index=True)
-    table.to_csv(out, index=False)
-    print(f"-> {out} (appended)")
-    tracking = cfg.tracking
-    if getattr(tracking, "experiment", None) == "validation_local":
-        tracking = dataclasses.replace(tracking, experiment=EXPERIMENT)
-    tracker = build(tracking)
-    for v in results:
-        with tracker.run(f"validate-synthetic-{spec.name}-{v.engine}-{v.hardware_variant}",
-                         tags={"validation": "true", "weights": "synthetic", "measured": "true",
-                               "hardware_variant": v.hardware_variant,
-                               "validation_batch": batch}):
-            tracker.log_params({"model": spec.name, "engine": v.engine,
-                                "bench": as_container(bench), "task": as_container(task),
-                                "validation": {"hardware_variant": v.hardware_variant}})
-            calibration = v.hardware.meta.get("calibration", {})
-            tracker.log_metrics({
-                **v.measured, **v.simulated, **v.errors, **load,
-                "ops_attention": v.ops.attention,
-                "ops_ffn": v.ops.ffn_dense or v.ops.ffn_sparse, "ops_token": v.ops.lm_head,
-                "sim_cpu_sparse_call_us": calibration.get("calibrated_sparse_call_us", 0.0),
-                "hw_cpu_gflops": (v.hardware.cpu.effective_flops or 0) / 1e9,
-                **{f"hw_{k}": val for k, val in v.hardware.summary().items()}})
-    return results
+    context = {"model": spec.name, "weights": "synthetic", "dtype": task.dtype,
+               "layers": spec.n_layers, "model_layers": full.n_layers,
+               "d_model": spec.d_model, "d_ffn": spec.d_ffn, "batch": bench.batch_size,
+               "prompt_tokens": bench.prompt_tokens, "new_tokens": bench.new_tokens,
+               "threads": bench.threads, "rounds": task.rounds, "repeats": bench.repeats}
+    name = f"realsize_{spec.name}_{task.dtype}_{spec.n_layers}of{full.n_layers}_t{bench.threads}"
+    return validation_report(
+        name, f"validate, {spec.name} shape (SYNTHETIC weights), {task.dtype}, "
+        f"{spec.n_layers} of {full.n_layers} layers, {bench.threads or 'all'} thread(s): "
+        f"measured vs simulated on hardware=local ({task.rounds} interleaved rounds x "
+        f"{bench.repeats} repeat(s))", [validation_row(v, context) for v in results],
+        task.figure, window_columns=True,
+        params={**context, "engines": list(task.engines), "bench": as_container(bench),
+                "task": as_container(task)},
+        notes=[SYNTHETIC_NOTE,
+               f"layers kept from the profile: {trace.layer_ids}; weights built in "
+               f"{build_s:.0f} s; batch {bench.batch_size}, prompt {bench.prompt_tokens}, "
+               f"{bench.new_tokens} new tokens",
+               "profile: the twin fed the cached `local` hardware profile alone; calibrated: "
+               "its CPU rates re-measured before, between and after the rounds; errors: "
+               "100 x (simulated - measured) / measured median"])
+
+
+REALSIZE_COMMAND = ("powerbench validate task.synthetic_model=opt_1_3b task.layers=8 "
+                    "task.rounds=3 task.dtype=<dtype> bench.threads=<n> task.publish=true")
+
+
+def realsize_section(folder: Path, reports: int) -> str:
+    """The calibration page's section on `validate` with synthetic weights: the rows of
+    the newest `reports` published realsize reports (results/validation/realsize_*.csv,
+    one per configuration), measured medians beside the twin fed the cached `local`
+    profile ("profile") and the in-run calibration ("calibrated")."""
+    import pandas as pd
+
+    csvs = sorted(Path(folder).glob("realsize_*.csv"))
+    if not csvs or reports <= 0:
+        return ""
+    frames = sorted((pd.read_csv(c) for c in csvs), key=lambda f: str(f["started"].iloc[0]))
+    frame = pd.concat(frames[-reports:], ignore_index=True)
+    lines = ["", "## The `local` profile predicts `powerbench validate` (MEASURED here)", "",
+             f"Rows of `results/validation/realsize_*.csv`, one per configuration, each "
+             f"written by `{REALSIZE_COMMAND}`: synthetic weights of OPT-1.3B's real shapes, "
+             "8 of 24 layers; dates UTC, load = 1-minute load average before/after. "
+             "`profile`: the twin fed the cached `local` profile alone (its engine-kernel "
+             "rates, measured once per machine); `calibrated`: re-measured around the "
+             "rounds. Errors: simulated vs the measured median.", "",
+             "| date | dtype | threads | engine | variant | decode meas. | decode sim. | error "
+             "| prefill meas. | prefill sim. | error | load |", "|" + "---|" * 12]
+    for r in frame.itertuples(index=False):
+        lines.append(f"| {r.started} | {r.dtype} | {r.threads} | {r.engine} | "
+                     f"{r.hardware_variant} | {r.measured_decode_tokens_per_s:.3g} | "
+                     f"{r.sim_decode_tokens_per_s:.3g} | {r.sim_error_pct:+.1f}% | "
+                     f"{r.measured_prefill_tokens_per_s:.3g} | {r.sim_prefill_tokens_per_s:.3g} "
+                     f"| {r.sim_prefill_error_pct:+.1f}% | {r.load_avg_1m_before:.1f}-"
+                     f"{r.load_avg_1m_after:.1f} |")
+    return "\n".join(lines) + "\n"

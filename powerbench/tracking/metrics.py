@@ -160,6 +160,10 @@ METRICS: dict[str, tuple[Metric, ...]] = {
         _m("hybrid_gpu_neurons_per_call", "count", "hybrid engine: GPU neurons per call"),
         _m("hybrid_cpu_neurons_per_call", "count", "hybrid engine: CPU neurons per call"),
         _m("hybrid_cpu_ffn_ms_per_call", "ms", "hybrid engine: CPU FFN time per call"),
+        _m("hybrid_gpu_ffn_ms_per_decode_call", "ms", "hybrid engine: GPU part of a decode "
+           "call, CUDA-event time on its stream"),
+        _m("hybrid_cpu_ffn_ms_per_decode_call", "ms", "hybrid engine: CPU part of a decode "
+           "call, host wall time"),
         _m("hybrid_gpu_resident_neuron_share", "share", "hybrid engine: neurons on the GPU"),
         _m("flash_{statistic}", "mixed", "flash engine (powerbench.flash.ffn.FlashFFN.metrics): "
            "bytes_read_per_token, prompt_bytes_read, hit_rate(_hot/_lru), evictions, bypassed, "

@@ -22,7 +22,7 @@ def test_engine_operators_and_flash_import_with_torch_alone():
     import sys
 
     code = ("import sys, powerbench.engine, powerbench.ops, powerbench.flash.ffn, "
-            "powerbench.flash.bench\n"
+            "powerbench.measure.flash_ffn_bench\n"
             "bad = sorted({m.split('.')[0] for m in sys.modules} & "
             "{'hydra', 'omegaconf', 'mlflow', 'cvxpy'})\n"
             "assert not bad, bad")

@@ -3,14 +3,16 @@ out of the page cache while buffered reads put it there."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
+import pytest
 
-from powerbench.flash.bench import run_flash_bench
-from powerbench.flash.bench_inputs import BenchShape
-from powerbench.flash.bench_report import Variant
-from powerbench.flash.page_cache import page_cache_bytes
+from powerbench.measure.flash_ffn_bench import run_flash_bench
+from powerbench.measure.flash_ffn_inputs import BenchShape
+from powerbench.measure.flash_ffn_report import Variant
+from powerbench.measure.page_cache_usage import page_cache_bytes
 from powerbench.tasks.inputs import synthetic_spec
 
 
@@ -58,8 +60,24 @@ def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
     assert flash.metrics["flash_bytes_read_per_token"] > 0
     assert report.trace_tokens == 2 + 2 * 3 + 2 * 2
     if report.storage.direct:  # the AIO batch curve on the weight file: batches 1 .. 128
-        assert [b for b, _ in report.aio_curve] == [1, 2, 4, 8, 16, 32, 64, 128]
+        # and each variant's own batch (reads per layer call, rounded both ways)
+        batches = [b for b, _ in report.aio_curve]
+        assert batches == sorted(set(batches))
+        assert {1, 2, 4, 8, 16, 32, 64, 128} <= set(batches)
         assert report.storage_bw() >= max(bw for _, bw in report.aio_curve) > 0
+        flash = report.results[1]
+        per_layer = flash.metrics["flash_reads_per_token"] / shape.n_layers
+        assert math.floor(per_layer) in batches or math.floor(per_layer) == 0
+        assert math.ceil(per_layer) in batches
+        c = report.ceiling(flash)
+        bpt = flash.metrics["flash_bytes_read_per_token"]
+        assert c["reads_per_layer"] == pytest.approx(per_layer)
+        assert c["ceiling_tokens_per_s_best"] == pytest.approx(report.storage_bw() / bpt)
+        assert c["fraction_of_ceiling_at_batch"] == pytest.approx(
+            flash.tokens_per_s / c["ceiling_tokens_per_s_at_batch"])
+        assert c["ceiling_tokens_per_s_at_batch"] <= c["ceiling_tokens_per_s_best"] * (1 + 1e-9)
+        assert any(line.startswith("target (FFN-only): flash 25%")
+                   for line in report.target_lines(budget=0.25))
     text = report.render()
     assert "SYNTHETIC" in text and "flash 25% unbundled" in text and "load average" in text
     assert "WHOLE DECODE STEPS" in text and "decode flash 25%" in text

@@ -13,18 +13,19 @@ import torch
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.sparse import SparseFFN
 from powerbench.engine.synthetic import FFNInFile, TraceReplay, synthetic_decoder_weights
-from powerbench.flash.capped_runs import (
+from powerbench.flash.ffn import FlashFFN
+from powerbench.flash.layout import geometry_for, layers_of
+from powerbench.flash.layout_io import read_layout
+from powerbench.flash.synthetic_file import synthetic_flash_file, synthetic_geometry
+from powerbench.measure.flash_capped_runs import (
     CappedExperiment,
     InsufficientDiskSpace,
     planned_files,
     prepare_files,
     run_capped,
 )
-from powerbench.flash.capped_worker import FlashRun, Sparsity
-from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.layout import geometry_for, layers_of
-from powerbench.flash.layout_io import read_layout
-from powerbench.flash.resident import (
+from powerbench.measure.flash_capped_worker import FlashRun, Sparsity
+from powerbench.measure.resident_memory import (
     ResidentBudget,
     ResidentMemoryExceeded,
     peak_rss,
@@ -32,7 +33,6 @@ from powerbench.flash.resident import (
     rss,
     tensor_bytes,
 )
-from powerbench.flash.synthetic_file import synthetic_flash_file, synthetic_geometry
 from powerbench.profiling.synthetic import synthetic_profile
 from powerbench.tasks.inputs import synthetic_spec
 
@@ -190,7 +190,7 @@ def test_random_gguf_has_the_llama_tensors(spec, tmp_path):
 def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
     from types import SimpleNamespace
 
-    from powerbench.flash.capped_runs import model_bytes
+    from powerbench.measure.flash_capped_runs import model_bytes
     from powerbench.tasks.bench_flash import capped_experiments
     from powerbench.tasks.config import BenchFlashTask
 

@@ -119,7 +119,7 @@ def test_io_uring_reads_equal_sparse_ffn(tmp_path):
 
 
 def test_trace_lookahead_stand_in_has_its_recall():
-    from powerbench.flash.bench import BenchShape, synthetic_profile_for
+    from powerbench.measure.flash_ffn_bench import BenchShape, synthetic_profile_for
     from powerbench.profiling.active_traces import TraceActiveSets
 
     shape = BenchShape(n_layers=3, d_model=64, d_ffn=2048)

@@ -99,10 +99,12 @@ def test_gpu_machine_profile_is_assembled_from_cuda_measurements(cfg, monkeypatc
         "h2d": 25e9, "d2h": 26e9, "d2d": 900e9})
     monkeypatch.setattr(mb, "cuda_sync_latency", lambda *a, **k: 9e-6)
     monkeypatch.setattr(mb, "cuda_launch_latency", lambda *a, **k: 4e-6)
+    monkeypatch.setattr(mb, "cuda_gemm_flops", lambda *a, **k: 300e12)
     hw = load_hardware(cfg)
     assert hw.accelerator == "gpu" and hw.gpu.model == "Fake GPU"
     assert hw.gpu_capacity == 1e9 * 23 and hw.gpu_bw == 900e9
     assert hw.link.h2d_effective_bw == 25e9 and hw.link.d2h_effective_bw == 26e9
     assert hw.sync_s == 9e-6 and hw.launch_s == 4e-6
+    assert hw.gpu.effective_flops == 300e12
     assert hw.thread_sync_s is not None and hw.thread_sync_s > 0
     assert hw.meta["facts"]["gpus"] == ["Fake GPU"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from powerbench.flash.bench_inputs import BenchShape
-from powerbench.flash.overheads import EngineCosts, robust_fit
+from powerbench.measure.flash_ffn_inputs import BenchShape
+from powerbench.measure.flash_overheads import EngineCosts, robust_fit
 from powerbench.measure.flash_prediction import parse_report, predict
 
 REPORT = Path(__file__).resolve().parent / "data" / "flash_bench_report.txt"  # a 2026-11-24 bench-flash report
@@ -62,7 +62,7 @@ def test_engine_costs_predict_from_replayed_counts_and_fit_ignores_outliers():
 
 
 def test_engine_costs_cache_key_and_reader_tasks(monkeypatch, tmp_path):
-    from powerbench.flash import overheads
+    from powerbench.measure import flash_overheads as overheads
 
     assert overheads.engine_version(layers=4) != overheads.engine_version(layers=24)
     assert overheads.engine_version() == overheads.engine_version()
@@ -89,7 +89,7 @@ def test_engine_costs_cache_key_and_reader_tasks(monkeypatch, tmp_path):
 def test_mean_fit_charges_the_tail_the_median_fit_drops():
     """Calls with reads wait for their slowest read: a right-skewed tail. Least squares
     (fit="mean") charges it, least absolute deviations (fit="median") does not."""
-    from powerbench.flash import overheads
+    from powerbench.measure import flash_overheads as overheads
 
     rng = np.random.default_rng(1)
     miss = rng.integers(0, 100, 2000).astype(float)

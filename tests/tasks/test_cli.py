@@ -36,6 +36,8 @@ def test_task_words_become_overrides():
         "task=reproduce", "task.targets=[fig12,fig10]", "task.quick=true"]
     assert task_overrides(["reproduce", "--list"]) == ["task=reproduce", "task.list=true"]
     assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
+    assert task_overrides(["-m", "bench-solver", "model=a,b"]) == [
+        "-m", "task=bench_solver", "model=a,b"]
     with pytest.raises(SystemExit, match="unexpected"):
         task_overrides(["validate", "--rounds", "3"])
     assert task_overrides(["validate", "--cfg", "job"]) == ["task=validate", "--cfg", "job"]
@@ -124,27 +126,26 @@ def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_validate_task(run_cli, tiny_overrides):
-    run_cli(["validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
+def test_validate_task_sweeps_engines_into_one_report(run_cli, tiny_overrides, tmp_path):
+    sweep = tmp_path / "validate"
+    run_cli(["-m", "validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
              "hardware.gemv_dim=512", "hardware.gemm_dim=128", "hardware.repeats=2",
-             "hardware.sync_iters=200", "hardware.storage=false", "task.rounds=1", "task.engines=[dense]",
-             "task.calibrate=false", "task.figure=false"])
-    runs = _runs(run_cli.store, "validation_local")
-    assert len(runs) == 1 and runs.iloc[0]["tags.hardware_variant"] == "profile"
-    assert runs.iloc[0]["metrics.sim_decode_tokens_per_s"] > 0
-    assert "metrics.sim_error_pct" in runs
-
-
-def test_bench_solver_task(run_cli, tmp_path):
-    run_dir = tmp_path / "bench"
-    run_cli(["bench-solver", "task.models=[opt_13b]", "task.hardware=[pc_low]",
-             "task.communication=[dense]", "task.solvers=[greedy]", f"hydra.run.dir={run_dir}"])
-    out = run_dir / "solver_scale.csv"
+             "hardware.sync_iters=200", "hardware.storage=false", "task.rounds=1",
+             "task.calibrate=false", f"hydra.sweep.dir={sweep}"])  # engine=dense,sparse_cpu
     import pandas as pd
 
-    row = pd.read_csv(out).iloc[0]
-    assert row["model"] == "opt_13b" and row["solver"] == "greedy" and row["solve_time_s"] >= 0
-    assert out.with_suffix(".png").exists()
+    table = pd.read_csv(sweep / "validation_local.csv")  # the jobs collected
+    assert sorted(table.engine) == ["dense", "sparse_cpu"]
+    assert set(table.hardware_variant) == {"profile"} and (sweep / "validation_local.png").exists()
+    runs = _runs(run_cli.store, "validation_local")
+    runs = runs[runs["tags.powerbench.study"] == "validation"]  # not the sweep's parent run
+    assert len(runs) == 3  # the two jobs and their collected report
+    assert (runs["metrics.dense.profile.sim_decode_tokens_per_s"].dropna() > 0).all()
+    from powerbench.figures.validation import validation_local
+
+    out = validation_local(run_cli.store, tmp_path / "figure")  # redrawn from the newest run
+    assert sorted(out.table.engine) == ["dense", "sparse_cpu"] and out.png.exists()
+    assert out.table["sim_error_pct"].notna().all()
 
 
 def test_figure_task_without_runs_says_so(run_cli, capsys):

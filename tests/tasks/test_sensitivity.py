@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from powerbench.simulator.config import SimulatorConfig
-from powerbench.tasks.sensitivity import _note, scale_hw, scale_sim, validation_section
+from powerbench.tasks.sensitivity import _note, scale_hw, scale_sim
 from tests.simulator.factories import GB, make_hardware
 
 
@@ -39,17 +38,3 @@ def test_notes_match_label_prefix_and_value():
     assert _note(notes, "average speedup over llama.cpp", 4.71, within=False) == "pc-low"
     assert _note(notes, "average speedup over llama.cpp", 7.23, within=True) == ""
     assert _note(notes, "something else", 1.0, within=False).startswith("not diagnosed")
-
-
-def test_validation_section_shows_the_last_batches(tmp_path):
-    row = {"validation_batch": "a", "date": "d", "dtype": "fp16", "threads": 1, "layers": 8,
-           "engine": "dense", "hardware_variant": "profile",
-           "measured_decode_tokens_per_s": 10.0, "sim_decode_tokens_per_s": 11.0,
-           "sim_error_pct": 10.0, "measured_prefill_tokens_per_s": 50.0,
-           "sim_prefill_tokens_per_s": 45.0, "sim_prefill_error_pct": -10.0,
-           "host_load_avg_1m_before": 1.0, "host_load_avg_1m_after": 1.2}
-    csv = tmp_path / "v.csv"
-    pd.DataFrame([row, {**row, "validation_batch": "b", "dtype": "fp32"}]).to_csv(csv)
-    text = validation_section(csv, batches=1)
-    assert "| fp32 |" in text and "| fp16 |" not in text and "+10.0%" in text
-    assert validation_section(tmp_path / "missing.csv", 4) == ""

@@ -11,7 +11,9 @@ extern "C" {
 
 // ids[n_ids]: active neurons, ascending and distinct. cn: neurons per cluster.
 // slot_of[units]: this layer's cluster -> slot (-1 absent); owner/last_used[n_slots].
-// state[0] tick, state[1] call_start (in/out). lru_a..lru_b: the layer's LRU slots.
+// state[0] tick, state[1] call_start (in/out); state[2] (out): 1 if two missing clusters
+// are adjacent in the file (the caller then coalesces their reads), else 0.
+// lru_a..lru_b: the layer's LRU slots.
 // admit: misses get LRU slots (else all go to scratch). scratch_base: first scratch slot.
 // Outputs: units_out[n_units] (distinct clusters, ascending), rows[n_ids] (arena row of
 // each neuron, misses included at their new slots), resident[n_ids] (1: was a hit),
@@ -33,7 +35,12 @@ int64_t pb_flash_plan(const int64_t* ids, int64_t n_ids, int64_t cn, int64_t* sl
   int64_t n_units = 0;
   for (int64_t i = 0; i < n_ids; ++i) {
     const int64_t u = ids[i] / cn;
-    if (n_units == 0 || units_out[n_units - 1] != u) units_out[n_units++] = u;
+    if (n_units == 0 || units_out[n_units - 1] != u) {
+      // the slot map's row is cold (the kernels streamed weights through the cache since
+      // the last call): start every cluster's load now so that the misses overlap
+      __builtin_prefetch(&slot_of[u]);
+      units_out[n_units++] = u;
+    }
   }
   *n_units_out = n_units;
   // lookup: stamp LRU hits in order, count
@@ -59,15 +66,28 @@ int64_t pb_flash_plan(const int64_t* ids, int64_t n_ids, int64_t cn, int64_t* sl
   // admission: the least recently used slots not stamped by this call, oldest first
   int64_t n_adm = 0, evicted = 0;
   if (n_miss && admit && lru_b > lru_a) {
-    std::vector<std::pair<int64_t, int64_t>> cand;
-    cand.reserve(static_cast<size_t>(lru_b - lru_a));
-    for (int64_t s = lru_a; s < lru_b; ++s)
-      if (last_used[s] < call_start) cand.emplace_back(last_used[s], s);
-    n_adm = std::min<int64_t>(n_miss, static_cast<int64_t>(cand.size()));
+    // the n_miss smallest (last_used, slot) pairs in one pass through a bounded max-heap
+    // (no copy of the segment: a call misses a few clusters of thousands of LRU slots)
+    using Cand = std::pair<int64_t, int64_t>;
+    thread_local std::vector<Cand> cand;
+    cand.clear();
+    const size_t keep = static_cast<size_t>(n_miss);
+    for (int64_t s = lru_a; s < lru_b; ++s) {
+      const int64_t t = last_used[s];
+      if (t >= call_start) continue;
+      const Cand c(t, s);
+      if (cand.size() < keep) {
+        cand.push_back(c);
+        std::push_heap(cand.begin(), cand.end());
+      } else if (c < cand.front()) {
+        std::pop_heap(cand.begin(), cand.end());
+        cand.back() = c;
+        std::push_heap(cand.begin(), cand.end());
+      }
+    }
+    std::sort_heap(cand.begin(), cand.end());  // oldest first
+    n_adm = static_cast<int64_t>(cand.size());
     if (n_adm) {
-      if (n_adm < static_cast<int64_t>(cand.size()))
-        std::nth_element(cand.begin(), cand.begin() + (n_adm - 1), cand.end());
-      std::sort(cand.begin(), cand.begin() + n_adm);
       for (int64_t k = 0; k < n_adm; ++k) {
         const int64_t v = cand[k].second, old = owner[v], u = miss_units[k];
         if (old >= 0) {
@@ -90,6 +110,10 @@ int64_t pb_flash_plan(const int64_t* ids, int64_t n_ids, int64_t cn, int64_t* sl
   }
   state[0] = tick;
   state[1] = call_start;
+  int64_t adjacent = 0;
+  for (int64_t k = 1; k < n_miss && !adjacent; ++k)
+    adjacent = miss_units[k] - miss_units[k - 1] == 1;
+  state[2] = adjacent;
   // rows of every neuron; residency as before the admission
   int64_t j = -1, m = 0, prev = -1, slot = -1;
   uint8_t hit = 0;

@@ -1,8 +1,10 @@
 // CUDA implementation of the neuron-aware sparse kernels (see sparse_cuda_kernels.cuh).
-//   row   : one warp per active neuron row, float4-wide loads, warp-shuffle reduction,
-//           up to 8 tokens per warp (the weight row is read once for them).
-//   axpy  : each thread owns 4 output columns; blocks split the active neurons and combine
-//           partial sums with atomicAdd (coalesced row reads, no shared-memory reduction).
+//   row   : one warp per active neuron row, 16-byte weight loads (4 fp32 or 8 fp16/bf16
+//           values per lane), warp-shuffle reduction, up to 8 tokens per warp (the weight
+//           row is read once for them).
+//   axpy  : each thread owns one 16-byte slice of the output columns; blocks split the
+//           active neurons, issue the loads of kUnroll neurons before using any of them
+//           (memory-level parallelism), and combine partial sums with atomicAdd.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,26 +16,41 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
 constexpr int kMaxTokens = 8;         // tokens per warp (row) / per block (axpy)
-constexpr int64_t kMinRowsPerSplit = 16;  // axpy: neurons per block at least
+constexpr int64_t kMinRowsPerSplit = 64;  // axpy: neurons per block at least
+constexpr int kUnroll = 4;                // axpy: neurons whose loads are in flight at once
+constexpr int kBlocksPerSM = 8;           // axpy: blocks per SM to aim for
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-__device__ __forceinline__ float4 load4(const float* p) {
-  return __ldg(reinterpret_cast<const float4*>(p));
+// Values of WT in one 16-byte load.
+template <typename WT>
+struct Vec {
+  static constexpr int N = 16 / sizeof(WT);
+};
+
+__device__ __forceinline__ void load_vec(const float* p, float (&v)[4]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
 }
-__device__ __forceinline__ float4 load4(const __half* p) {
-  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    v[2 * i] = f.x; v[2 * i + 1] = f.y;
+  }
 }
-__device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
-  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x; v[2 * i + 1] = f.y;
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -43,22 +60,27 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // acc[t] = W_row . x[b0 + t] for t < nt, summed over the warp (every lane gets the sums).
-// `vec` (warp-uniform): float4-wide loads, needs K % 4 == 0 and aligned rows.
+// `vec` (warp-uniform): 16-byte weight loads, needs K % Vec<WT>::N == 0 and aligned rows.
 template <typename WT, int TB>
 __device__ __forceinline__ void warp_dot(const WT* __restrict__ wr, const float* __restrict__ x,
                                          int64_t K, int nt, int lane, bool vec,
                                          float (&acc)[TB]) {
+  constexpr int N = Vec<WT>::N;
 #pragma unroll
   for (int t = 0; t < TB; ++t) acc[t] = 0.0f;
   if (vec) {
 #pragma unroll 4
-    for (int64_t k = lane * 4; k < K; k += 32 * 4) {
-      const float4 wv = load4(wr + k);
+    for (int64_t k = lane * N; k < K; k += 32 * N) {
+      float wv[N];
+      load_vec(wr + k, wv);
 #pragma unroll
       for (int t = 0; t < TB; ++t) {
         if (t < nt) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(x + t * K + k));
-          acc[t] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+#pragma unroll
+          for (int e = 0; e < N; e += 4) {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(x + t * K + k + e));
+            acc[t] += wv[e] * xv.x + wv[e + 1] * xv.y + wv[e + 2] * xv.z + wv[e + 3] * xv.w;
+          }
         }
       }
     }
@@ -162,62 +184,86 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Each thread owns 4 columns (vec: one float4-wide load per neuron) or 1 column.
+// A block owns kAxpyCols output columns (one 16-byte slice per lane; the 8 warps share
+// the slices) and one split of the active neurons; warp w takes neurons j0 + w, j0 + w + 8,
+// ... and issues the loads of kUnroll of them before using any (memory-level parallelism).
+// The 8 warps' partial sums are combined in shared memory, so only one atomicAdd per
+// column and split reaches global memory.
 template <typename WT, int TB>
 __global__ void __launch_bounds__(kThreads)
     axpy_kernel(const WT* __restrict__ wt, int64_t D, const float* __restrict__ coeff,
                 int64_t ldc, int64_t B, Active a, const float* __restrict__ bias,
                 int64_t rows_per_split, float* __restrict__ out, bool vec) {
-  const int V = vec ? 4 : 1;
-  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  constexpr int N = Vec<WT>::N;
+  __shared__ float part[kWarpsPerBlock][32 * N];
+  const int V = vec ? N : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col = (int64_t(blockIdx.x) * 32 + lane) * V;
   const int64_t j0 = int64_t(blockIdx.y) * rows_per_split;
   const int64_t j1 = j0 + rows_per_split < a.n ? j0 + rows_per_split : a.n;
   const int64_t b0 = int64_t(blockIdx.z) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
-  if (col >= D) return;
-  float acc[TB][4];
+  const bool in_range = col < D;
+  float acc[TB][N];
 #pragma unroll
   for (int t = 0; t < TB; ++t)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
-#pragma unroll 4
-  for (int64_t j = j0; j < j1; ++j) {
-    int64_t r;
-    if (!resolve(a, j, r)) continue;
-    float c[TB];
-    bool any = false;
+    for (int e = 0; e < N; ++e) acc[t][e] = 0.0f;
+  constexpr int kStep = kWarpsPerBlock * kUnroll;
+  for (int64_t j = j0 + warp; j < j1; j += kStep) {
+    float wv[kUnroll][N];
+    float c[kUnroll][TB];
+    bool live[kUnroll];
 #pragma unroll
-    for (int t = 0; t < TB; ++t) {
-      c[t] = t < nt ? __ldg(coeff + (b0 + t) * ldc + j) : 0.0f;
-      any = any || c[t] != 0.0f;
-    }
-    if (!any) continue;  // block-uniform: every thread reads the same coefficients
-    const WT* src = wt + r * D + col;
-    if (vec) {
-      const float4 wv = load4(src);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t jj = j + int64_t(u) * kWarpsPerBlock;
+      int64_t r = 0;
+      live[u] = jj < j1 && resolve(a, jj, r);
+      bool any = false;
 #pragma unroll
       for (int t = 0; t < TB; ++t) {
-        acc[t][0] += c[t] * wv.x;
-        acc[t][1] += c[t] * wv.y;
-        acc[t][2] += c[t] * wv.z;
-        acc[t][3] += c[t] * wv.w;
+        c[u][t] = (live[u] && t < nt) ? __ldg(coeff + (b0 + t) * ldc + jj) : 0.0f;
+        any = any || c[u][t] != 0.0f;
       }
-    } else {
-      const float wv = to_f(*src);
+      live[u] = live[u] && any && in_range;  // warp-uniform apart from the column range
+      if (live[u]) {
+        const WT* src = wt + r * D + col;
+        if (vec) {
+          load_vec(src, wv[u]);
+        } else {
+          wv[u][0] = to_f(*src);
+        }
+      }
+    }
 #pragma unroll
-      for (int t = 0; t < TB; ++t) acc[t][0] += c[t] * wv;
+    for (int u = 0; u < kUnroll; ++u) {
+      if (!live[u]) continue;
+#pragma unroll
+      for (int t = 0; t < TB; ++t)
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          if (e < V) acc[t][e] += c[u][t] * wv[u][e];
     }
   }
   const bool add_bias = bias != nullptr && blockIdx.y == 0;
 #pragma unroll
   for (int t = 0; t < TB; ++t) {
-    if (t >= nt) break;
+    if (t >= nt) break;  // block-uniform
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (e >= V) break;
-      const float v = acc[t][e] + (add_bias ? bias[col + e] : 0.0f);
-      if (v != 0.0f) atomicAdd(out + (b0 + t) * D + col + e, v);
+    for (int e = 0; e < N; ++e) part[warp][lane * N + e] = acc[t][e];
+    __syncthreads();
+    // thread i sums slot i (and i + kThreads ...) over the warps; slot = lane' * N + e
+    for (int slot = threadIdx.x; slot < 32 * N; slot += kThreads) {
+      const int l = slot / N, e = slot % N;
+      const int64_t c_out = (int64_t(blockIdx.x) * 32 + l) * V + e;
+      if (e < V && c_out < D) {
+        float v = add_bias ? bias[c_out] : 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarpsPerBlock; ++w) v += part[w][slot];
+        if (v != 0.0f) atomicAdd(out + (b0 + t) * D + c_out, v);
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -261,13 +307,16 @@ unsigned cdiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
 size_t elem_size(WType wt) { return wt == kF32 ? 4 : 2; }
 
+// Values per 16-byte load (Vec<WT>::N for the weight type).
+int64_t vec_width(WType wt) { return int64_t(16 / elem_size(wt)); }
+
 }  // namespace
 
 cudaError_t launch_row(WType wt, const void* w, int64_t K, const float* x, int64_t B,
                        Active a, const float* bias, bool relu, float* out, int64_t ldo,
                        bool scatter, cudaStream_t stream) {
   if (a.n == 0 || B == 0) return cudaSuccess;
-  const bool vec = K % 4 == 0 && aligned(w, 4 * elem_size(wt)) && aligned(x, 16);
+  const bool vec = K % vec_width(wt) == 0 && aligned(w, 16) && aligned(x, 16);
   const int tb = token_tile(B);
   const dim3 grid(cdiv(a.n, kWarpsPerBlock), cdiv(B, tb));
   PB_DISPATCH((row_kernel<WT, TB><<<grid, kThreads, 0, stream>>>(
@@ -278,8 +327,8 @@ cudaError_t launch_gated(WType wt, const void* w_gate, const void* w_up, int64_t
                          const float* x, int64_t B, Active a, GatedKind kind, float* h,
                          cudaStream_t stream) {
   if (a.n == 0 || B == 0) return cudaSuccess;
-  const bool vec = K % 4 == 0 && aligned(w_gate, 4 * elem_size(wt)) &&
-                   aligned(w_up, 4 * elem_size(wt)) && aligned(x, 16);
+  const bool vec = K % vec_width(wt) == 0 && aligned(w_gate, 16) && aligned(w_up, 16) &&
+                   aligned(x, 16);
   const int tb = token_tile(B);
   const dim3 grid(cdiv(a.n, kWarpsPerBlock), cdiv(B, tb));
   PB_DISPATCH((gated_kernel<WT, TB><<<grid, kThreads, 0, stream>>>(
@@ -290,13 +339,14 @@ cudaError_t launch_axpy(WType wt, const void* w_t, int64_t D, const float* coeff
                         int64_t B, Active a, const float* bias, float* out, int num_sms,
                         cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
-  const bool vec = D % 4 == 0 && aligned(w_t, 4 * elem_size(wt));
+  const bool vec = D % vec_width(wt) == 0 && aligned(w_t, 16);
   const int tb = token_tile(B);
-  const int64_t cols_per_block = int64_t(kThreads) * (vec ? 4 : 1);
+  const int64_t cols_per_block = 32 * (vec ? vec_width(wt) : 1);
   const unsigned gx = cdiv(D, cols_per_block), gz = cdiv(B, tb);
-  // Enough blocks to fill the GPU (about 8 per SM), each with >= kMinRowsPerSplit neurons.
+  // Enough blocks to fill the GPU (kBlocksPerSM per SM), each with >= kMinRowsPerSplit
+  // neurons (fewer splits: fewer atomics on the output).
   const int64_t n = a.n > 0 ? a.n : 1;
-  int64_t splits = (int64_t(num_sms > 0 ? num_sms : 1) * 8 + gx * gz - 1) / (gx * gz);
+  int64_t splits = (int64_t(num_sms > 0 ? num_sms : 1) * kBlocksPerSM + gx * gz - 1) / (gx * gz);
   const int64_t max_splits = (n + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
   if (splits > max_splits) splits = max_splits;
   if (splits < 1) splits = 1;

@@ -11,7 +11,7 @@ both in the same memory cap, on the same bytes, in interleaved rounds.
    the engine's cluster size, up to 128 in flight, and of 512 KB, up to 32): the best
    bandwidth, before and after the rounds;
 4. per round (the order alternates), the flash engine in a spawned process in a fresh
-   memory cgroup of `cap_bytes` (`powerbench.flash.capped_worker`: every `FlashRun` in
+   memory cgroup of `cap_bytes` (`powerbench.measure.flash_capped_worker`: every `FlashRun` in
    turn, dense parts drawn once per round), then llama.cpp (llama-cpp-python, mmap, in its
    own torch-free process, started once in its own cgroup of the same limit, idle while
    the flash process runs and only then) on the same prompt ids and lengths, threads;
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from powerbench.flash.capped_worker import FlashJob, FlashRun, Sparsity, flash_worker
-from powerbench.flash.memcap import MemoryCap
+from powerbench.measure.flash_capped_worker import FlashJob, FlashRun, Sparsity, flash_worker
+from powerbench.measure.memory_cap import MemoryCap
 from powerbench.model.spec import ModelSpec
 
 GB = 1e9
@@ -216,14 +216,14 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
     import torch
 
     from powerbench.engine.llamacpp import LlamaCppProcess, llamacpp_available
-    from powerbench.flash.page_cache import drop_page_cache
+    from powerbench.measure.page_cache_usage import drop_page_cache
 
     if exp.llamacpp and not llamacpp_available():  # before writing any file
         raise RuntimeError("the llama.cpp peer needs llama-cpp-python, which is not installed: "
                            "run `make llamacpp` once (it compiles llama.cpp), or set "
                            "task.llamacpp=false to measure engine=flash alone")
     t_start, started = time.perf_counter(), _utc()
-    from powerbench.flash.resident import memory_available
+    from powerbench.measure.resident_memory import memory_available
 
     sizes = prepare_files(exp, log)
     load_before, mem_available = os.getloadavg(), memory_available()

@@ -26,21 +26,27 @@ import gc
 import os
 import statistics
 import time
+from math import ceil, floor
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from powerbench.flash.bench_inputs import (
+from powerbench.flash.ffn import FlashFFN
+from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_ffn_inputs import (
     BenchShape,
     decoder_weights_around,
     synthetic_profile_for,
     synthetic_weights,
 )
-from powerbench.flash.bench_report import FlashBenchReport, Variant, VariantResult, default_variants
-from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.page_cache import cached_bytes, drop_page_cache, page_cache_bytes
-from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_ffn_report import (
+    FlashBenchReport,
+    Variant,
+    VariantResult,
+    default_variants,
+)
+from powerbench.measure.page_cache_usage import cached_bytes, drop_page_cache, page_cache_bytes
 from powerbench.model.spec import ModelSpec
 from powerbench.profiling.active_traces import TraceActiveSets
 
@@ -176,8 +182,13 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     log("bench: storage microbenchmarks ...")
     from powerbench.flash.aio import batch_curve
 
+    # the ceiling at each variant's own batch size (reads per layer call) is measured, not
+    # interpolated between powers of two
+    engine_batches = {int(f(r.metrics["flash_reads_per_token"] / shape.n_layers))
+                      for r in [*results, *decode_results] if r.metrics for f in (floor, ceil)}
     try:
-        curve = batch_curve(bundled_file, g.cluster_bytes, seconds=storage_seconds / 2)
+        curve = batch_curve(bundled_file, g.cluster_bytes, seconds=storage_seconds,
+                            batches=tuple(sorted(engine_batches)))
     except OSError:  # no native AIO here
         curve = ()
     storage = measure_storage(root, file_mb=storage_mb,
@@ -205,6 +216,7 @@ def _summarise(res: VariantResult, tot: dict[str, float], rounds: int, tokens: i
     for k in ("flash_io_wait_s", "flash_compute_s", "flash_plan_s", "flash_submit_s",
               "flash_install_s", "flash_io_active_s", "flash_reads"):
         m[k] = tot[k]  # totals over all rounds
+    m["flash_reads_per_token"] = tot["flash_reads"] / (tokens * rounds)
     read_bytes = m["flash_bytes_read_per_token"] * tokens * rounds
     m["flash_read_gb_s"] = read_bytes / tot["flash_io_active_s"] / GB \
         if tot["flash_io_active_s"] else 0.0

@@ -14,8 +14,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from powerbench.flash.capped_runs import CappedReport
 from powerbench.hardware.facts import cpu_model
+from powerbench.measure.flash_capped_runs import CappedReport
+from powerbench.measure.flash_ffn_report import curve_bandwidth
 
 GB = 1e9
 MB = 1e6
@@ -24,13 +25,8 @@ MB = 1e6
 def batch_bandwidth(ceiling: dict[str, float], batch: float) -> float:
     """Random-read bandwidth at `batch` reads submitted together (the measured cluster-size
     curve, interpolated in log2(batch); clamped to its ends)."""
-    import numpy as np
-
     points = sorted((int(k[5:]), v) for k, v in ceiling.items() if k.startswith("batch"))
-    if not points:
-        return ceiling["cluster"]
-    xs, ys = zip(*points, strict=True)
-    return float(np.interp(np.log2(max(batch, 1.0)), np.log2(xs), ys))
+    return curve_bandwidth(points, batch) if points else ceiling["cluster"]
 
 
 def summary_rows(report: CappedReport) -> list[dict[str, Any]]:

@@ -48,12 +48,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from powerbench.flash.bench import (
+from powerbench.hardware.local import fingerprint
+from powerbench.measure.flash_ffn_bench import (
     BenchShape,
     synthetic_profile_for,
     synthetic_weights,
 )
-from powerbench.hardware.local import fingerprint
 from powerbench.paths import cache_dir
 from powerbench.profiling.active_traces import TraceActiveSets
 
@@ -87,7 +87,7 @@ class EngineCosts:
 
 def engine_sources() -> list[Path]:
     """Every source file of the flash engine (its Python, its C++, and the cache policy)."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parent.parent / "flash"
     policy = root.parent / "solver" / "neuron_cache.py"
     return sorted(root.glob("*.py")) + sorted((root / "csrc").glob("*.cpp")) + [policy]
 

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.flash.bench_inputs import BenchShape
+from powerbench.measure.flash_ffn_inputs import BenchShape
 
 GB = 1e9
 MB = 1e6
@@ -55,6 +55,15 @@ def default_variants(budgets: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1),
     return out
 
 
+def curve_bandwidth(curve: Any, batch: float) -> float:
+    """Random-read bandwidth at `batch` reads submitted together, from a measured
+    ((batch, bytes/s), ...) curve: interpolated in log2(batch), clamped to its ends."""
+    import numpy as np
+
+    xs, ys = zip(*sorted(curve), strict=True)
+    return float(np.interp(np.log2(max(batch, 1.0)), np.log2(xs), ys))
+
+
 @dataclass
 class VariantResult:
     variant: Variant
@@ -97,6 +106,48 @@ class FlashBenchReport:
         file (any batch)."""
         return max([self.storage.best_bandwidth(self.cluster_bytes),
                     *(bw for _, bw in self.aio_curve)])
+
+    def reads_per_layer(self, r: VariantResult) -> float:
+        """The variant's reads per layer call (each layer's misses are one batch)."""
+        return r.metrics.get("flash_reads_per_token", 0.0) / self.shape.n_layers
+
+    def ceiling(self, r: VariantResult) -> dict[str, float]:
+        """What the disk allows for the variant's bytes per token: tok/s at the bandwidth
+        measured at its batch size (its reads per layer, AIO batches of its read size on
+        its weight file) and at the best bandwidth measured at its read size; the
+        variant's tok/s as a fraction of each."""
+        bpt = r.metrics.get("flash_bytes_read_per_token", 0.0)
+        if not bpt or not self.aio_curve:
+            return {}
+        batch = self.reads_per_layer(r)
+        at_batch = curve_bandwidth(self.aio_curve, batch) / bpt
+        best = self.storage_bw() / bpt
+        return {"reads_per_layer": batch, "ceiling_tokens_per_s_at_batch": at_batch,
+                "fraction_of_ceiling_at_batch": r.tokens_per_s / at_batch,
+                "ceiling_tokens_per_s_best": best,
+                "fraction_of_ceiling_best": r.tokens_per_s / best}
+
+    def target_lines(self, budget: float = 0.5, fraction: float = 0.8) -> list[str]:
+        """The 80%-of-ceiling target for the default variant at `budget`, FFN-only and
+        whole decode, with the arithmetic."""
+        out = []
+        for phase, results in (("FFN-only", self.results), ("whole decode", self.decode_results)):
+            r = next((r for r in results if r.variant.budget == budget
+                      and r.variant.name.endswith(f"flash {budget:.0%}")), None)
+            c = self.ceiling(r) if r is not None else {}
+            if not c:
+                continue
+            ok = c["fraction_of_ceiling_at_batch"] >= fraction
+            out.append(
+                f"target ({phase}): {r.variant.name} >= {fraction:.0%} of the disk's ceiling "
+                f"for its bytes: {'met' if ok else 'MISSED'}: {r.tokens_per_s:.1f} tok/s vs "
+                f"{c['ceiling_tokens_per_s_at_batch']:.1f} tok/s at its batch "
+                f"({c['reads_per_layer']:.1f} reads/layer, "
+                f"{r.metrics['flash_bytes_read_per_token'] / MB:.2f} MB/token) = "
+                f"{c['fraction_of_ceiling_at_batch']:.1%}; at the best bandwidth measured "
+                f"at its read size {c['ceiling_tokens_per_s_best']:.1f} tok/s, "
+                f"{c['fraction_of_ceiling_best']:.1%}")
+        return out
 
     def table(self, results: list[VariantResult] | None = None, tokens: int | None = None
               ) -> str:

@@ -1,6 +1,6 @@
 """The FFN-only flash benchmark's inputs: its shape, seeded random FFN weights, the
 synthetic activation profile its active sets are drawn from, and whole-decoder weights
-around the same FFNs (see `powerbench.flash.bench`)."""
+around the same FFNs (see `powerbench.measure.flash_ffn_bench`)."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def _cap_peak(cgroup: str | None, reset: bool = False) -> int:
 def _join(cgroup: Path) -> None:
     """Join the cgroup, lowering its limit by what this process already holds (the
     interpreter and imports, charged outside it): the process as a whole gets the cap."""
-    from powerbench.flash.resident import rss
+    from powerbench.measure.resident_memory import rss
 
     (cgroup / "cgroup.procs").write_text(str(os.getpid()))
     limit = cgroup / "memory.limit_in_bytes"
@@ -115,8 +115,8 @@ def _run_job(job: FlashJob, conn: Any) -> None:
     from powerbench.engine.decoder import Decoder
     from powerbench.engine.synthetic import TraceReplay, synthetic_decoder_weights, torch_dtype
     from powerbench.flash.ffn import FlashFFN
-    from powerbench.flash.page_cache import drop_page_cache
-    from powerbench.flash.resident import (
+    from powerbench.measure.page_cache_usage import drop_page_cache
+    from powerbench.measure.resident_memory import (
         ResidentBudget,
         ResidentMemoryExceeded,
         peak_rss,

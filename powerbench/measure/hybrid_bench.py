@@ -1,0 +1,278 @@
+"""engine=hybrid on a REAL-SIZE shape (synthetic weights), measured on a GPU + its host CPU.
+
+For one model shape (seeded random weights, `powerbench.engine.synthetic`) and each GPU
+share of the FFN bytes in `gpu_ffn_shares`, in interleaved rounds on one machine:
+
+- ``dense (all on GPU)``: our decoder, every projection through cuBLAS (the baseline);
+- ``sparse_cuda (all on GPU)``: the neuron-aware CUDA operators on the whole FFN;
+- ``hybrid <share>``: PowerInfer's split. The hottest neurons (global top-k by activation
+  frequency, k = share of every FFN neuron: what the greedy solver picks when every neuron
+  costs the same bytes) on the GPU, the rest on the CPU, both parts computed concurrently
+  per layer (`HybridFFN`);
+- ``layer offload <share>``: llama.cpp's `-ngl` split of the same bytes: the FFNs of the
+  last `share x layers` layers on the GPU, the others on the CPU, every neuron computed
+  (dense work through the same operators, `HybridFFN` with `active=dense`).
+
+Attention, KV cache, embeddings and the LM head are on the GPU in every row, so the rows
+differ only in where the FFN runs and how much of it is computed. The active sets are the
+synthetic activation profile's per-token trace (fitted to the model's published sparsity
+and skew), replayed as device masks: a predictor that is exact and free (`ReplayMasks`).
+Only speed is meaningful: the tokens of random weights are not.
+
+With a hardware profile (`hardware=`, e.g. the `local` one measured on this machine, GPU
+included) every row also gets the cost model's prediction of the same run: its twin (our
+engine's operator counts per step, `powerbench.measure.twin`), the same placement, the
+same per-token active sets (an exact, free predictor), and the error against the measured
+median (`sim_error_pct`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.hybrid import HybridFFN
+from powerbench.measure.decode_bench import generate_timed, run_decode_bench
+from powerbench.measure.harness import Report
+from powerbench.model.spec import ModelSpec
+from powerbench.solver.placement import GPU, DeviceBytes, Placement
+
+DENSE = "dense (all on GPU)"
+SPARSE = "sparse_cuda (all on GPU)"
+
+
+@dataclass(frozen=True)
+class HybridBenchConfig:
+    layers: int = 8  # evenly spaced over the model's depth (its mix of hot and cold layers)
+    dtype: str = "fp16"
+    gpu_ffn_shares: tuple[float, ...] = (0.25, 0.5)
+    batch: int = 1
+    prompt_tokens: int = 16
+    new_tokens: int = 32
+    rounds: int = 5
+    cpu_threads: int = 8  # torch and sparse_cpu workers for the CPU part
+    trace_tokens: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.gpu_ffn_shares if not 0.0 < s < 1.0]
+        if bad:
+            raise ValueError(f"gpu_ffn_shares must lie strictly between 0 and 1, got {bad}")
+        if self.new_tokens < 2 or self.rounds < 1 or self.layers < 1:
+            raise ValueError("new_tokens >= 2, rounds >= 1 and layers >= 1 are needed")
+
+
+class ReplayMasks:
+    """The profile's per-token active sets as masks already on the GPU (what a predictor
+    running there hands the hybrid FFN), built once: the timed loop copies nothing. A call
+    of r rows gets the next r trace tokens' masks; the trace advances after the last layer;
+    `rewind` restarts it (every round does the same work)."""
+
+    def __init__(self, profile: Any, device: torch.device | str) -> None:
+        self.masks = [torch.from_numpy(np.stack(layer.trace_masks())).to(device)
+                      for layer in profile.layers]  # per layer: bool [tokens, neurons]
+        self.n_layers = len(self.masks)
+        self.n_tokens = int(self.masks[0].shape[0])
+        self.step = 0
+
+    def rewind(self) -> None:
+        self.step = 0
+
+    def predict_mask(self, layer_idx: int, x: Tensor) -> Tensor:
+        rows = x.shape[0]
+        start = self.step % self.n_tokens
+        table = self.masks[layer_idx]
+        if start + rows <= self.n_tokens:
+            out = table[start:start + rows]
+        else:
+            idx = (torch.arange(rows, device=table.device) + start) % self.n_tokens
+            out = table.index_select(0, idx)
+        if layer_idx == self.n_layers - 1:
+            self.step += rows
+        return out
+
+
+def _placement(spec: ModelSpec, gpu_ids: list[np.ndarray], solver: str) -> Placement:
+    n = spec.n_layers
+    return Placement(
+        solver=solver, model=spec.name, hardware="local", weight_dtype="fp16",
+        context=spec.max_positions, neurons_per_layer=spec.neurons_per_layer,
+        gpu_neurons=[np.sort(np.asarray(ids, dtype=np.int64)) for ids in gpu_ids],
+        attn_device=[GPU] * n, kv_device=[GPU] * n, predictor_device=[GPU] * n,
+        embed_device=GPU, lm_head_device=GPU, min_gpu_neurons=np.zeros(n, dtype=np.int64),
+        gpu=DeviceBytes(), cpu=DeviceBytes())
+
+
+def hot_neuron_placement(spec: ModelSpec, profile: Any, share: float) -> Placement:
+    """The `share` x every FFN neuron with the highest activation frequency, over all
+    layers at once, on the GPU (ties broken by position, deterministic)."""
+    freq = np.stack([np.asarray(layer.frequency, dtype=np.float64) for layer in profile.layers])
+    k = int(round(share * freq.size))
+    top = np.argsort(-freq, axis=None, kind="stable")[:k]
+    per_layer = [top[top // freq.shape[1] == i] % freq.shape[1] for i in range(freq.shape[0])]
+    return _placement(spec, per_layer, "hot neurons (greedy)")
+
+
+def layer_offload_placement(spec: ModelSpec, share: float) -> Placement:
+    """llama.cpp's -ngl: whole layers' FFNs, the last round(share x layers) of them."""
+    n, width = spec.n_layers, spec.neurons_per_layer
+    on_gpu = int(round(share * n))
+    ids = [np.arange(width) if i >= n - on_gpu else np.zeros(0, np.int64) for i in range(n)]
+    return _placement(spec, ids, "layer offload")
+
+
+def all_gpu_placement(spec: ModelSpec) -> Placement:
+    return _placement(spec, [np.arange(spec.neurons_per_layer)] * spec.n_layers, "all on GPU")
+
+
+def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[float, ...],
+                  gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
+                  ) -> dict[str, Decoder]:
+    """The decoders of the module docstring, sharing `weights` (on the GPU; the tests run
+    them on the CPU with sparse_torch standing in for both backends)."""
+    from powerbench.engine.sparse import SparseFFN
+    from powerbench.engine.synthetic import TraceReplay
+
+    masks = ReplayMasks(profile, weights.device)
+    engines = {"dense": Decoder(weights),
+               SPARSE: Decoder(weights, ffn=SparseFFN(weights, gpu_backend,
+                                                      TraceReplay(profile)))}
+    for share in shares:
+        engines[f"hybrid {share:.0%}"] = Decoder(weights, ffn=HybridFFN(
+            weights, hot_neuron_placement(spec, profile, share), predictors=masks,
+            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend))
+        engines[f"layer offload {share:.0%}"] = Decoder(weights, ffn=HybridFFN(
+            weights, layer_offload_placement(spec, share), active="dense",
+            gpu_backend=gpu_backend, cpu_backend=cpu_backend))
+    return engines
+
+
+def split_pass(decoder: Decoder, ids: Tensor, new_tokens: int) -> dict[str, float]:
+    """One more generation with the hybrid FFN's decode-call timers reset: its GPU part's
+    stream time, its CPU part's wall time, the load split (empty for the other engines)."""
+    ffn = decoder.ffn
+    if not isinstance(ffn, HybridFFN):
+        return {}
+    ffn.reset_timing()
+    generate_timed(decoder, ids, new_tokens)
+    return ffn.metrics()
+
+
+def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
+    ffn = decoder.ffn
+    return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
+
+
+def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
+              cfg: HybridBenchConfig, prompt: Tensor) -> dict[str, float]:
+    """The cost model's decode tokens/s for this decoder's run (see the module docstring)."""
+    from types import SimpleNamespace
+
+    from powerbench.config.schema import BenchConfig
+    from powerbench.engine.synthetic import kept_profile
+    from powerbench.measure.twin import twin_config, twin_of
+    from powerbench.simulator.simulate import simulate
+
+    with torch.inference_mode():
+        dense, ops, dtype, dense_rows = twin_of(decoder, prompt[:, :8])
+    computes_all = dense or getattr(decoder.ffn, "active", "") == "dense"
+    twin = twin_config(computes_all, ops, dtype, None, dense_rows, cfg.cpu_threads)
+    bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
+                        batch_size=cfg.batch, threads=cfg.cpu_threads)
+    oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights
+    return simulate(twin, spec, kept_profile(profile, spec), placement_of(decoder, spec),
+                    hardware, predictors=None if computes_all else oracle, bench=bench).metrics
+
+
+def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
+            hardware: Any = None, **backends: str) -> list[dict[str, Any]]:
+    """Every engine in interleaved rounds; one row per engine (see the module docstring);
+    with `hardware`, each row's simulated twin beside it."""
+    engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
+    ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
+                        generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
+    decode_rows = run_decode_bench(ids, engines, {}, cfg.rounds, cfg.new_tokens,
+                                   cfg.cpu_threads)
+    by_name = dict(zip(engines, decode_rows, strict=True))
+    rows = []
+    for name, row in by_name.items():
+        split = split_pass(engines[name], ids, cfg.new_tokens)
+        share = next((s for s in cfg.gpu_ffn_shares if name.endswith(f" {s:.0%}")), 1.0)
+        peer = by_name.get(f"layer offload {share:.0%}") if name.startswith("hybrid") else None
+        sim = (simulated(engines[name], spec, profile, hardware, cfg, ids)
+               if hardware is not None else {})
+        sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
+        gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
+        cpu_ms = split.get("hybrid_cpu_ffn_ms_per_decode_call", float("nan"))
+        rows.append({
+            "system": DENSE if name == "dense" else name,
+            "gpu_ffn_share": share,
+            "decode_tokens_per_s": row.decode_tokens_per_s,
+            "p10": row.decode_tokens_per_s_p10, "p90": row.decode_tokens_per_s_p90,
+            "speedup_vs_dense": row.speedup_vs_dense,
+            "sim_decode_tokens_per_s": sim_rate,
+            "sim_error_pct": 100.0 * (sim_rate / row.decode_tokens_per_s - 1.0),
+            "speedup_vs_layer_offload": (row.decode_tokens_per_s / peer.decode_tokens_per_s
+                                         if peer is not None else float("nan")),
+            "ffn_us_per_call": row.ffn_us_per_call,
+            "gpu_neuron_load_share": split.get("hybrid_gpu_neuron_load_share", float("nan")),
+            "gpu_part_ms_per_call": gpu_ms, "cpu_part_ms_per_call": cpu_ms,
+            # the FFN call's host wall time against the two parts run one after the other
+            "overlap_saved_ms_per_call": (gpu_ms + cpu_ms - row.ffn_us_per_call / 1e3
+                                          if split else float("nan")),
+            "rounds": cfg.rounds, "cpu_threads": row.threads, "batch": cfg.batch})
+    return rows
+
+
+COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
+           "sim_error_pct", "speedup_vs_dense", "speedup_vs_layer_offload",
+           "gpu_neuron_load_share", "gpu_part_ms_per_call", "cpu_part_ms_per_call",
+           "ffn_us_per_call", "overlap_saved_ms_per_call")
+NOTES = [
+    "SYNTHETIC weights of the real shapes: only speed is meaningful; active sets replayed "
+    "from the synthetic profile (an exact, free predictor).",
+    "Attention, KV cache and LM head on the GPU in every row; the rows differ in where the "
+    "FFN runs. ffn_us_per_call is the FFN call's host wall time (for all-GPU rows the launch "
+    "cost only: the GPU runs asynchronously).",
+    "sim_*: the cost model (simulated) for the same run on this machine's `local` profile, "
+    "measured by microbenchmarks just before (HBM and PCIe bandwidth, GPU GEMM FLOP/s, launch "
+    "and sync latency, CPU memory bandwidth and our CPU kernels' rates)."]
+
+
+def local_profile(cfg: HybridBenchConfig, cache_file: str) -> Any:
+    """This machine's `local` hardware profile, measured now (GPU included; our CPU kernels
+    at the CPU part's dtype and thread count) and kept in `cache_file`."""
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.measure.local_kernels import load_local
+
+    return load_local(LocalHardwareConfig(
+        remeasure=True, cache_file=cache_file, storage=False, threads=[1, cfg.cpu_threads],
+        kernel_threads=[cfg.cpu_threads], kernel_dtypes=[cfg.dtype]))
+
+
+def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None) -> Report:
+    """The benchmark on `cfg.layers` layers of `full`'s shape (evenly spaced over its
+    depth), weights built on the GPU; a Report without machine, load window or command."""
+    import dataclasses
+
+    from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the hybrid benchmark needs a CUDA GPU (engine=hybrid); none is "
+                           "visible here")
+    spec = dataclasses.replace(full, n_layers=min(cfg.layers, full.n_layers))
+    profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
+    weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
+                                        device="cuda")
+    rows = measure(weights, spec, profile, cfg, hardware=hardware)
+    return Report(
+        study="hybrid_gpu", name=f"hybrid_{full.name}", rows=rows, key=("system",),
+        title=f"engine=hybrid vs layer offload, {full.name} shape ({spec.n_layers} of "
+              f"{full.n_layers} layers), {cfg.dtype}, batch {cfg.batch}",
+        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg)},
+        notes=list(NOTES) if hardware is not None else NOTES[:2])

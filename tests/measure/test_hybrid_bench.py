@@ -1,0 +1,105 @@
+"""The hybrid benchmark's pieces on the CPU (sparse_torch standing in for both devices):
+its placements, the replayed device masks, and one measured row per engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from powerbench.engine.decoder import Decoder
+from powerbench.engine.hybrid import HybridFFN
+from powerbench.engine.sparse import SparseFFN
+from powerbench.engine.synthetic import TraceReplay, synthetic_decoder_weights, trace_profile
+from powerbench.measure.hybrid_bench import (
+    DENSE,
+    HybridBenchConfig,
+    ReplayMasks,
+    hot_neuron_placement,
+    layer_offload_placement,
+    measure,
+)
+from powerbench.model.spec import ModelSpec, SparsityStats
+
+SPEC = ModelSpec(name="toy_opt", n_layers=4, d_model=64, d_ffn=512, n_heads=4, n_kv_heads=4,
+                 ffn_kind="relu", vocab_size=97, max_positions=128,
+                 stats=SparsityStats(token_sparsity=0.9))
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return trace_profile(SPEC, SPEC.n_layers, trace_tokens=32)
+
+
+def test_hot_neurons_are_the_most_frequent_over_all_layers(profile):
+    placement = hot_neuron_placement(SPEC, profile, 0.25)
+    assert placement.gpu_counts.sum() == round(0.25 * 4 * 512)
+    freq = np.stack([layer.frequency for layer in profile.layers])
+    on_gpu = np.zeros_like(freq, dtype=bool)
+    for i, ids in enumerate(placement.gpu_neurons):
+        on_gpu[i, ids] = True
+    assert freq[on_gpu].min() >= freq[~on_gpu].max()
+
+
+def test_layer_offload_puts_the_last_whole_layers_on_the_gpu():
+    placement = layer_offload_placement(SPEC, 0.5)
+    assert placement.gpu_counts.tolist() == [0, 0, 512, 512]
+
+
+def test_replayed_masks_are_the_trace_and_restart(profile):
+    masks = ReplayMasks(profile, "cpu")
+    x = torch.zeros(1, SPEC.d_model)
+    first = [masks.predict_mask(i, x).clone() for i in range(SPEC.n_layers)]
+    second = masks.predict_mask(0, x)
+    assert torch.equal(first[0][0], torch.from_numpy(profile.layers[0].trace_masks()[0]))
+    assert torch.equal(second[0], torch.from_numpy(profile.layers[0].trace_masks()[1]))
+    masks.rewind()
+    assert torch.equal(masks.predict_mask(0, x), first[0])
+    wrapped = masks.predict_mask(0, torch.zeros(40, SPEC.d_model))  # past the trace's end
+    assert wrapped.shape == (40, SPEC.d_ffn)
+
+
+def test_hybrid_with_replayed_masks_equals_the_sparse_engine(profile):
+    weights = synthetic_decoder_weights(SPEC, torch.float32)
+    hybrid = HybridFFN(weights, hot_neuron_placement(SPEC, profile, 0.5),
+                       predictors=ReplayMasks(profile, "cpu"), active="predictor",
+                       gpu_backend="sparse_torch", cpu_backend="sparse_torch")
+    sparse = SparseFFN(weights, "sparse_torch", TraceReplay(profile))
+    ids = torch.tensor([[5, 7, 11]])
+    a = Decoder(weights, ffn=hybrid).generate(ids, 4, return_logits=True).logits
+    b = Decoder(weights, ffn=sparse).generate(ids, 4, return_logits=True).logits
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_measure_gives_one_row_per_engine(profile):
+    weights = synthetic_decoder_weights(SPEC, torch.float32)
+    cfg = HybridBenchConfig(layers=4, gpu_ffn_shares=(0.5,), rounds=1, new_tokens=3,
+                            prompt_tokens=4, cpu_threads=1)
+    rows = measure(weights, SPEC, profile, cfg, gpu_backend="sparse_torch",
+                   cpu_backend="sparse_torch")
+    by = {r["system"]: r for r in rows}
+    assert set(by) == {DENSE, "sparse_cuda (all on GPU)", "hybrid 50%", "layer offload 50%"}
+    assert 0.5 < by["hybrid 50%"]["gpu_neuron_load_share"] < 1.0  # hot neurons on the GPU
+    assert by["layer offload 50%"]["gpu_neuron_load_share"] == pytest.approx(0.5)
+    assert all(r["decode_tokens_per_s"] > 0 for r in rows)
+    assert by["hybrid 50%"]["speedup_vs_layer_offload"] > 0
+
+
+def test_every_row_gets_its_simulated_twin(profile):
+    from tests.simulator.factories import make_hardware
+
+    weights = synthetic_decoder_weights(SPEC, torch.float32)
+    cfg = HybridBenchConfig(layers=4, gpu_ffn_shares=(0.5,), rounds=1, new_tokens=3,
+                            prompt_tokens=4, cpu_threads=1)
+    rows = measure(weights, SPEC, profile, cfg, hardware=make_hardware(),
+                   gpu_backend="sparse_torch", cpu_backend="sparse_torch")
+    by = {r["system"]: r for r in rows}
+    assert all(r["sim_decode_tokens_per_s"] > 0 for r in rows)
+    # the cost model charges the CPU's dense half more than the GPU's hot neurons
+    assert (by["hybrid 50%"]["sim_decode_tokens_per_s"]
+            > by["layer offload 50%"]["sim_decode_tokens_per_s"])
+
+
+def test_shares_outside_zero_one_are_refused():
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        HybridBenchConfig(gpu_ffn_shares=(1.0,))
