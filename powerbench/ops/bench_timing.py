@@ -1,7 +1,14 @@
 """Timing for the operator benchmark: median of repeated calls after warm-up, with the
 last-level cache flushed before every timed call (each decode step meets cold weights, as
 a model is far larger than the cache; without the flush a 1%-active layer would be served
-from a warm L3 and look faster than memory allows)."""
+from a warm L3 and look faster than memory allows).
+
+On the CPU the flush is a single-threaded read (numpy's sum of the buffer's memory), not
+``torch.sum``: torch's OpenMP workers keep spinning for a while after a parallel region, and
+a spinning worker takes a core from the call being timed (measured on the 2-core AVX-512
+host, 2026-11-25 22:09 UTC, 256 MB fp32 GEMV with our dense kernel: 30 GB/s after a
+``torch.sum`` flush, 47-56 GB/s after this one, and the sparse/dense ratios scattered by
++-25% with the torch flush)."""
 
 from __future__ import annotations
 
@@ -41,11 +48,15 @@ class Timer:
             policy.flush_mb
         n = mb * 2**20 // 4
         self._flush = torch.ones(n, device=device) if n else None
+        self._flush_host = self._flush.numpy() if n and device == "cpu" else None
 
     def _flush_cache(self) -> None:
         # a READ on both devices: a written flush would leave the L2 full of dirty lines
-        # whose write-back then competes with the timed call's reads
-        if self._flush is not None:
+        # whose write-back then competes with the timed call's reads; on the CPU a
+        # single-threaded one (see the module doc)
+        if self._flush_host is not None:
+            self._flush_host.sum()  # one thread: no torch worker left spinning
+        elif self._flush is not None:
             self._flush.sum()
 
     def _once(self, fn: Callable[[], object]) -> float:

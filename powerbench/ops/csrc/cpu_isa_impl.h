@@ -86,7 +86,8 @@ void decode_attention(WType t, const void* qkv, const void* cos, const void* sin
 }  // namespace
 
 const KernelTable kTable = {PBOPS_ISA_NAME, row, axpy, gated_hidden, dense, to_float,
-                            read_sum_impl, rms_norm, gated_activation, decode_attention};
+                            activate_impl, read_sum_impl, rms_norm, gated_activation,
+                            decode_attention};
 
 }  // namespace PBOPS_ISA
 }  // namespace pbops

@@ -67,6 +67,90 @@ void add_scaled(const T* v, float p, float* acc, int64_t n) {  // acc += p * v
   for (; i < n; ++i) acc[i] += p * to_f32(v[i]);
 }
 
+// scores[t] = (k_t . q) * scale for the keys t < keys of one head (rows of hd in kb): kW
+// keys at a time, their kW dot products reduced together by one transposing add tree
+// (vsum_lanes) rather than one horizontal sum per key, which on the 16-lane path cost more
+// than the multiply-adds for a 64-wide head.
+template <typename T>
+void key_scores(const T* kb, const float* q, int64_t hd, int64_t keys, float scale,
+                float* scores) {
+  const int64_t hv = hd / kW * kW;
+  const V sv = vset1(scale);
+  int64_t t = 0;
+  for (; t + kW <= keys; t += kW) {
+    V acc[kW];
+    for (int j = 0; j < kW; ++j) {
+      const T* k = kb + (t + j) * hd;
+      V a = vzero();
+      for (int64_t d = 0; d < hv; d += kW) a = vfma(vload(k + d), vload(q + d), a);
+      acc[j] = a;
+    }
+    V sum = vsum_lanes(acc);
+    if (hv < hd) {  // the head's last hd % kW elements, per key
+      float tail[kW];
+      for (int j = 0; j < kW; ++j) {
+        const T* k = kb + (t + j) * hd;
+        float r = 0.0f;
+        for (int64_t d = hv; d < hd; ++d) r += to_f32(k[d]) * q[d];
+        tail[j] = r;
+      }
+      sum = vadd(sum, vload(tail));
+    }
+    vstore(scores + t, vmul(sum, sv));
+  }
+  for (; t < keys; ++t) scores[t] = dot(kb + t * hd, q, hd) * scale;
+}
+
+// s[t] = exp(s[t] - max s) for t < n (the vector exp); returns the sum of the new s
+inline float softmax_numerators(float* s, int64_t n) {
+  float mx = -INFINITY;
+  int64_t t = 0;
+  if (n >= kW) {
+    V m = vload(s);
+    for (t = kW; t + kW <= n; t += kW) m = vmax(m, vload(s + t));
+    float lanes[kW];
+    vstore(lanes, m);
+    for (int i = 0; i < kW; ++i) mx = lanes[i] > mx ? lanes[i] : mx;
+  }
+  for (; t < n; ++t) mx = s[t] > mx ? s[t] : mx;
+  const V mv = vset1(mx);
+  V acc = vzero();
+  for (t = 0; t + kW <= n; t += kW) {
+    const V e = vexp(vsub(vload(s + t), mv));
+    vstore(s + t, e);
+    acc = vadd(acc, e);
+  }
+  float sum = vhsum(acc);
+  for (; t < n; ++t) {
+    s[t] = std::exp(s[t] - mx);
+    sum += s[t];
+  }
+  return sum;
+}
+
+// acc[0..hd) = sum_t p[t] v_t for the value rows v_t (hd each, in vb), four keys per pass
+// over acc (the same sum order as one key at a time)
+template <typename T>
+void weighted_values(const T* vb, const float* p, int64_t keys, int64_t hd, float* acc) {
+  for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
+  int64_t t = 0;
+  for (; t + 4 <= keys; t += 4) {
+    const T* v[4] = {vb + t * hd, vb + (t + 1) * hd, vb + (t + 2) * hd, vb + (t + 3) * hd};
+    const V p0 = vset1(p[t]), p1 = vset1(p[t + 1]), p2 = vset1(p[t + 2]), p3 = vset1(p[t + 3]);
+    int64_t d = 0;
+    for (; d + kW <= hd; d += kW) {
+      V a = vfma(vload(v[0] + d), p0, vload(acc + d));
+      a = vfma(vload(v[1] + d), p1, a);
+      a = vfma(vload(v[2] + d), p2, a);
+      vstore(acc + d, vfma(vload(v[3] + d), p3, a));
+    }
+    for (; d < hd; ++d) {
+      for (int j = 0; j < 4; ++j) acc[d] += p[t + j] * to_f32(v[j][d]);
+    }
+  }
+  for (; t < keys; ++t) add_scaled(vb + t * hd, p[t], acc, hd);
+}
+
 // dst[i] = T(T(x[i] * cos[i]) + T(rot[i] * sin[i])) for i in [i0, i1), rot[i] = sign *
 // x[i + shift]: one half of HF's rotate-half rotary embedding, operator by operator in T
 // (each torch op rounds to T), so fp16 keys and queries match the reference bit for bit.
@@ -130,6 +214,21 @@ inline V gated_lanes(GatedKind kind, V g, V u) {
   }
   const V a = vrelu(g);
   return vmul(a, kind == kDReLU ? vrelu(u) : u);
+}
+
+void activate_impl(float* a, int64_t n, GatedKind kind) {
+  int64_t i = 0;
+  if (kind == kSwiGLU) {  // g / (1 + exp(-g))
+    const V one = vset1(1.0f);
+    for (; i + kW <= n; i += kW) {
+      const V g = vload(a + i);
+      vstore(a + i, vdiv(g, vadd(one, vexp(vsub(vzero(), g)))));
+    }
+    for (; i < n; ++i) a[i] = silu(a[i]);
+  } else {
+    for (; i + kW <= n; i += kW) vstore(a + i, vrelu(vload(a + i)));
+    for (; i < n; ++i) a[i] = a[i] > 0.0f ? a[i] : 0.0f;
+  }
 }
 
 template <typename T>
@@ -196,18 +295,9 @@ void attention_impl(const T* qkv, const T* cos, const T* sin, T* kc, T* vc, int6
       const int64_t kvh = b * KV + h / group;
       const T* kb = kc + kvh * max_len * hd;
       const T* vb = vc + kvh * max_len * hd;
-      float mx = -INFINITY;
-      for (int64_t t = 0; t < keys; ++t) {
-        scores[t] = dot(kb + t * hd, q, hd) * scale;
-        mx = scores[t] > mx ? scores[t] : mx;
-      }
-      float sum = 0.0f;
-      for (int64_t t = 0; t < keys; ++t) {
-        scores[t] = std::exp(scores[t] - mx);
-        sum += scores[t];
-      }
-      for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
-      for (int64_t t = 0; t < keys; ++t) add_scaled(vb + t * hd, scores[t], acc, hd);
+      key_scores(kb, q, hd, keys, scale, scores);
+      const float sum = softmax_numerators(scores, keys);
+      weighted_values(vb, scores, keys, hd, acc);
       const float inv = 1.0f / sum;
       T* o = out + b * H * hd + h * hd;
       for (int64_t d = 0; d < hd; ++d) store(o + d, acc[d] * inv);

@@ -61,6 +61,14 @@ inline float vhsum(V a) {
   sh = _mm_movehl_ps(sh, lo);
   return _mm_cvtss_f32(_mm_add_ss(lo, sh));
 }
+// lane i = the sum of a[i]'s lanes, for i < kW (one transposing add tree for kW reductions)
+inline V vsum_lanes(const V* a) {
+  const __m256 x0 = _mm256_hadd_ps(a[0].v, a[1].v), x1 = _mm256_hadd_ps(a[2].v, a[3].v);
+  const __m256 x2 = _mm256_hadd_ps(a[4].v, a[5].v), x3 = _mm256_hadd_ps(a[6].v, a[7].v);
+  const __m256 y0 = _mm256_hadd_ps(x0, x1), y1 = _mm256_hadd_ps(x2, x3);
+  return {_mm256_add_ps(_mm256_permute2f128_ps(y0, y1, 0x20),
+                        _mm256_permute2f128_ps(y0, y1, 0x31))};
+}
 #ifndef PBOPS_PREFETCH_HINT
 #define PBOPS_PREFETCH_HINT _MM_HINT_T1  // into L2: the loads that follow bring lines to L1
 #endif

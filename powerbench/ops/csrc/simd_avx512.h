@@ -58,6 +58,24 @@ inline V vpow2n(V n) {
   return {_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
 }
 inline float vhsum(V a) { return _mm512_reduce_add_ps(a.v); }
+// lane i = the sum of a[i]'s lanes, for i < kW (one transposing add tree for kW reductions)
+inline V vsum_lanes(const V* a) {
+  __m256 z[2];
+  for (int g = 0; g < 2; ++g) {
+    __m256 h[8];
+    for (int i = 0; i < 8; ++i) {
+      const __m512 v = a[8 * g + i].v;
+      h[i] = _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    }
+    const __m256 x0 = _mm256_hadd_ps(h[0], h[1]), x1 = _mm256_hadd_ps(h[2], h[3]);
+    const __m256 x2 = _mm256_hadd_ps(h[4], h[5]), x3 = _mm256_hadd_ps(h[6], h[7]);
+    const __m256 y0 = _mm256_hadd_ps(x0, x1), y1 = _mm256_hadd_ps(x2, x3);
+    z[g] = _mm256_add_ps(_mm256_permute2f128_ps(y0, y1, 0x20),
+                         _mm256_permute2f128_ps(y0, y1, 0x31));
+  }
+  return {_mm512_insertf32x8(_mm512_castps256_ps512(z[0]), z[1], 1)};
+}
 #ifndef PBOPS_PREFETCH_HINT
 #define PBOPS_PREFETCH_HINT _MM_HINT_T1  // into L2: the loads that follow bring lines to L1
 #endif

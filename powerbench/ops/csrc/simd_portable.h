@@ -39,4 +39,10 @@ inline float vhsum(V a) {  // the AVX2 path's order: halves, then pairs
   for (int i = 0; i < 4; ++i) s[i] = a.v[i] + a.v[i + 4];
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
+// lane i = the sum of a[i]'s lanes, for i < kW
+inline V vsum_lanes(const V* a) {
+  V r;
+  for (int i = 0; i < kW; ++i) r.v[i] = vhsum(a[i]);
+  return r;
+}
 inline void prefetch_l2(const void* p) { __builtin_prefetch(p, 0, 2); }

@@ -334,11 +334,7 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
   // the dense kernel streams them (its prefetch suits consecutive rows)
   float* a = scratch(1, B * N);
   pbops::dense(wt, wg.data_ptr(), N, K, xf, B, nullptr, pbops::kF32, a, N, threads());
-  const bool silu = kind == pbops::kSwiGLU;
-  for (int64_t e = 0; e < B * N; ++e) {
-    const float g = a[e];
-    a[e] = silu ? g / (1.0f + std::exp(-g)) : (g > 0.0f ? g : 0.0f);
-  }
+  pbops::activate(a, B * N, static_cast<pbops::GatedKind>(kind));
   const float t = static_cast<float>(threshold);
   int64_t* chosen = reinterpret_cast<int64_t*>(scratch(2, 2 * N));
   int64_t n = 0;

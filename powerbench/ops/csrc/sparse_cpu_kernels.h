@@ -34,9 +34,14 @@ void gated_hidden(WType wt, const void* w_gate, const void* w_up, int64_t K, con
 // Dense matrix-vector / small-batch product y = x W^T + b: out[b, n] = W[n, :] . x[b, :] +
 // bias[n] for every n < N. W [N, K] row-major; x fp32 [B, K]; out [B, ldo] of type `ot`
 // (fp32, fp16 or bf16; converted once per element). Rows are streamed four at a time (two
-// accumulators each, each prefetched 1 KB ahead) and claimed by the pool in ~128 KB chunks.
+// accumulators each, each a contiguous run prefetched ahead) and claimed by the pool in
+// chunks of kRowGroup runs of ~64 KiB (see sparse_cpu_kernels_impl.h).
 void dense(WType wt, const void* w, int64_t N, int64_t K, const float* x, int64_t B,
            const float* bias, WType ot, void* out, int64_t ldo, int threads);
+
+// a[i] = act(a[i]) in place for i < n (fp32): ReLU for ReGLU and dReLU, SiLU for SwiGLU
+// (the vector exp of the fused decode kernels). The gate of the CATS threshold FFN.
+void activate(float* a, int64_t n, GatedKind kind);
 
 // dst[i] = float(src[i]) for i < n (src of type t).
 void to_float(WType t, const void* src, int64_t n, float* dst);

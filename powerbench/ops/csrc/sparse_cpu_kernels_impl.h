@@ -4,12 +4,20 @@
 // function here is compiled once per path. See sparse_cpu_kernels.h for the contracts.
 //
 // Memory streaming (all paths): each thread streams kRowGroup rows at once (independent
-// cache-line streams, x loaded once per group) and software-prefetches each stream
-// kPrefetchBytes ahead. A row gather has no next row in memory for the hardware prefetcher
-// to follow (nor does a 4 KiB page boundary), so the prefetch address runs past the end of
-// a row into the *next group's* rows at the matching offset (RowStreams below): the gather
-// becomes one continuous stream per row slot. Work is claimed from the pool in chunks of
-// about kGrabBytes of weights, so both cores keep streaming while either gets CPU time.
+// cache-line streams, x loaded once per group), software-prefetching each stream
+// kPrefetchBytes ahead. Work is claimed from the pool in chunks (a range of positions in
+// the id list), so both cores keep streaming while either gets CPU time. Inside a chunk the
+// positions are dealt to the kRowGroup slots as contiguous runs of about kRunBytes
+// (SlotRuns): slot q walks its own run, so where the ids are consecutive (every dense
+// matrix, most active rows at low sparsity) a slot reads one long contiguous stream.
+// Dealing them round-robin instead (rows j..j+3, then j+4..j+7) ends every slot's stream
+// after one row, and a stream restarts slowly: with round-robin groups the same kernel read
+// 256 MB of fp32 (2 threads) at 34-37 GB/s over 16 KiB rows but 38-42 GB/s over 64-256 KiB
+// rows, so the sparse axpy (16 KiB rows of W_down^T) lost to the dense product over
+// W_down's 64 KiB rows at any sparsity below ~10%. A row gather has no next row in memory
+// for the hardware prefetcher to follow (nor does a 4 KiB page boundary), so the prefetch
+// address runs past the end of a row into the row the slot reads next at the matching
+// offset (RowStreams below): the gather becomes one continuous stream per slot.
 
 using simd::bf16;
 using simd::f16;
@@ -20,19 +28,74 @@ using simd::to_f32;
 constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
 constexpr int64_t kChunk = 256;
-// Weight bytes per dynamically claimed work item: large enough to amortise the shared
-// counter, small enough that a thread the OS preempts (the machine is shared) does not
-// hold back the others as a static split would.
-constexpr int64_t kGrabBytes = int64_t(128) << 10;
-#ifndef PBOPS_PREFETCH_BYTES
-#define PBOPS_PREFETCH_BYTES 1024
+// Bytes each slot reads in one run of a dynamically claimed chunk (a chunk is kRowGroup
+// runs): long enough that a run is one long stream (measured, 256 MB of fp32, 2 threads:
+// 37 GB/s with 16 KiB runs, 41-42 GB/s from 64 KiB on), short enough that a thread the OS
+// preempts (the machine is shared) does not hold back the others as a static split would.
+#ifndef PBOPS_RUN_KB
+#define PBOPS_RUN_KB 64
 #endif
-constexpr int64_t kPrefetchBytes = PBOPS_PREFETCH_BYTES;  // software prefetch distance
-constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next group's rows
+constexpr int64_t kRunBytes = int64_t(PBOPS_RUN_KB) << 10;
+// ... and at least this many chunks per thread, so small matrices still balance
+constexpr int64_t kChunksPerThread = 4;
+// Software prefetch distance per slot. A scattered gather restarts a stream at every row,
+// and only the software prefetch has the new row in flight before its first load: 2 KiB
+// (8 slots x 2 KiB in flight on 2 threads) measured better than 1 KiB on 8 KiB fp16 rows at
+// 50-90% sparsity (row 1.72-1.81x vs 1.65x at 50%, 7.98-8.89x vs 7.32-7.65x at 90%) and
+// equal within noise elsewhere; 3 KiB no better.
+#ifndef PBOPS_PREFETCH_BYTES
+#define PBOPS_PREFETCH_BYTES 2048
+#endif
+constexpr int64_t kPrefetchBytes = PBOPS_PREFETCH_BYTES;
+constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows of the slot
 
-inline int64_t rows_per_grab(int64_t row_bytes) {
-  const int64_t r = kGrabBytes / (row_bytes > 0 ? row_bytes : 1);
+// Rows per claimed chunk when n rows of row_bytes each are shared by nt threads.
+inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt) {
+  const int64_t run = (kRunBytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
+  int64_t r = kRowGroup * run;
+  const int64_t balanced = (n + kChunksPerThread * nt - 1) / (kChunksPerThread * nt);
+  r = r < balanced ? r : balanced;
   return r < 1 ? 1 : r;
+}
+
+// The positions [p0, p1) of one chunk dealt to the kRowGroup slots as contiguous runs of
+// `run` positions: slot q takes p0 + q run, p0 + q run + 1, ... (see the top of the file).
+struct SlotRuns {
+  int64_t p0, p1, run;
+  SlotRuns(int64_t b, int64_t e) : p0(b), p1(e), run((e - b + kRowGroup - 1) / kRowGroup) {}
+  // the positions of step t < run, one per slot that still has one (always slots 0..c-1)
+  int at(int64_t t, int64_t* pos) const {
+    int c = 0;
+    for (int q = 0; q < kRowGroup; ++q) {
+      const int64_t p = p0 + q * run + t;
+      if (p >= p1) break;
+      pos[c++] = p;
+    }
+    return c;
+  }
+};
+
+// rows[q] = row ids[pos[q]] of `base` (row pos[q] when ids is null), q < count
+template <typename WT>
+inline void rows_at(const WT* base, int64_t row_len, const int64_t* ids, const int64_t* pos,
+                    int count, const WT** rows) {
+  for (int q = 0; q < count; ++q) rows[q] = base + (ids ? ids[pos[q]] : pos[q]) * row_len;
+}
+
+// f(pos, count, next, next_count) for every step of the chunk [p0, p1): the positions the
+// slots read now and those they read at the next step (next_count 0 at the last step).
+template <typename F>
+inline void walk_slots(int64_t p0, int64_t p1, F&& f) {
+  const SlotRuns runs(p0, p1);
+  int64_t pos[2][kRowGroup];
+  int count = runs.at(0, pos[0]);
+  for (int64_t t = 0; t < runs.run; ++t) {
+    int64_t* cur = pos[t & 1];
+    int64_t* nxt = pos[(t + 1) & 1];
+    const int next_count = t + 1 < runs.run ? runs.at(t + 1, nxt) : 0;
+    f(static_cast<const int64_t*>(cur), count, static_cast<const int64_t*>(nxt), next_count);
+    count = next_count;
+  }
 }
 
 // f(std::integral_constant<int, count>) for 1 <= count <= N: a compile-time row count.
@@ -69,7 +132,7 @@ inline void* thread_scratch(int slot, size_t bytes) {
 // at byte offset `off` of the rows being read, slot q prefetches `cur[q] + off + d`, or,
 // past the end of the row, the same distance into `next[q]` (the row that slot reads
 // next). Long rows use d = kPrefetchBytes; rows under kShortRowBytes use d = row_bytes,
-// i.e. the next group's rows at the same offset. The two bases are precomputed, so a
+// i.e. the slots' next rows at the same offset. The two bases are precomputed, so a
 // prefetch is one compare and a select (a loop with branches here measured 1.5-2x slower
 // on 576-wide fp16 rows, one thread: the prefetch code must stay out of the loads' way).
 struct RowStreams {
@@ -101,16 +164,6 @@ struct RowStreams {
     }
   }
 };
-
-// Row pointers of the group that starts at position j of an id list (n ids), or of rows
-// j, j+1, ... when ids is null; returns how many (0 past the end).
-template <typename WT>
-inline int group_rows(const WT* base, int64_t row_len, const int64_t* ids, int64_t j, int64_t n,
-                      const WT** rows) {
-  const int count = int(n - j < kRowGroup ? (n - j > 0 ? n - j : 0) : kRowGroup);
-  for (int q = 0; q < count; ++q) rows[q] = base + (ids ? ids[j + q] : j + q) * row_len;
-  return count;
-}
 
 // R rows . one token: R concurrent memory streams per thread, two accumulators per row.
 template <typename WT, int R>
@@ -248,37 +301,35 @@ inline float gated_value(GatedKind kind, float g, float u) {
   return silu(g) * u;
 }
 
-// The row kernel's walk: rows idx[0..n) of W (rows 0..n-1 when idx is null) in groups of
-// kRowGroup, each group prefetched as continuous streams and dotted with the B inputs, then
-// `emit(j0, count, res)` writes its results (res[q * B + b]: group row q, input b).
+// The row kernel's walk: rows idx[0..n) of W (rows 0..n-1 when idx is null), claimed in
+// chunks and read kRowGroup at a time by the slots (walk_slots), each step prefetched as
+// continuous streams and dotted with the B inputs, then `emit(pos, count, res)` writes its
+// results (res[q * B + b]: the row at id-list position pos[q], input b).
 template <typename WT, typename Emit>
 void for_row_groups(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
                     int64_t n, int nt, Emit emit) {
-  const bool par = n * K * B >= kParallelMin && nt > 1;
-  const int64_t groups = (n + kRowGroup - 1) / kRowGroup;
-  const int64_t grab = rows_per_grab(kRowGroup * K * int64_t(sizeof(WT)));
-  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
+  const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
+  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B);
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t j0 = g * kRowGroup;
+    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
       const WT *rows[kRowGroup], *next[kRowGroup];
-      const int count = group_rows(w, K, idx, j0, n, rows);
-      const int next_count = group_rows(w, K, idx, j0 + kRowGroup, n, next);
-      const RowStreams pf(rows, count, next, next_count, K);
-      dot_group(rows, count, x, K, B, sc, sc.res, pf);
-      emit(j0, count, sc.res);
-    }
+      rows_at(w, K, idx, pos, count, rows);
+      rows_at(w, K, idx, nxt, next_count, next);
+      dot_group(rows, count, x, K, B, sc, sc.res, RowStreams(rows, count, next, next_count, K));
+      emit(pos, count, static_cast<const float*>(sc.res));
+    });
   });
 }
 
 template <typename WT>
 void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx, int64_t n,
               const float* bias, bool relu, float* out, int64_t ldo, bool scatter, int nt) {
-  for_row_groups(w, K, x, B, idx, n, nt, [&](int64_t j0, int count, const float* res) {
+  for_row_groups(w, K, x, B, idx, n, nt, [&](const int64_t* pos, int count, const float* res) {
     for (int q = 0; q < count; ++q) {
-      const int64_t r = idx[j0 + q];
+      const int64_t r = idx[pos[q]];
       const float bb = bias ? bias[r] : 0.0f;
-      const int64_t col = scatter ? r : j0 + q;
+      const int64_t col = scatter ? r : pos[q];
       for (int64_t b = 0; b < B; ++b) {
         const float v = res[q * B + b] + bb;
         out[b * ldo + col] = (relu && !(v > 0.0f)) ? 0.0f : v;
@@ -287,16 +338,16 @@ void row_impl(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* 
   });
 }
 
-// Every row of W, in order: the row kernel's groups and streams over rows 0..N-1 (the
-// continuous stream then simply runs kPrefetchBytes ahead through the matrix); the output
-// is written in its own type.
+// Every row of W: the row kernel's walk over rows 0..N-1 (each slot's run is then one
+// contiguous stretch of the matrix); the output is written in its own type.
 template <typename WT, typename OT>
 void dense_impl(const WT* w, int64_t N, int64_t K, const float* x, int64_t B, const float* bias,
                 OT* out, int64_t ldo, int nt) {
-  for_row_groups(w, K, x, B, nullptr, N, nt, [&](int64_t j0, int count, const float* res) {
+  for_row_groups(w, K, x, B, nullptr, N, nt, [&](const int64_t* pos, int count, const float* res) {
     for (int q = 0; q < count; ++q) {
-      const float bb = bias ? bias[j0 + q] : 0.0f;
-      for (int64_t b = 0; b < B; ++b) store(out + b * ldo + j0 + q, res[q * B + b] + bb);
+      const int64_t j = pos[q];
+      const float bb = bias ? bias[j] : 0.0f;
+      for (int64_t b = 0; b < B; ++b) store(out + b * ldo + j, res[q * B + b] + bb);
     }
   });
 }
@@ -320,18 +371,16 @@ void to_float_impl(const T* src, int64_t n, float* dst) {
 template <typename WT>
 void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B,
                 const int64_t* idx, int64_t n, GatedKind kind, float* h, int nt) {
-  const bool par = n * K * B >= kParallelMin && nt > 1;
+  const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
   const bool gate_can_skip = kind != kSwiGLU;
-  const int64_t groups = (n + kRowGroup - 1) / kRowGroup;
-  const int64_t grab = rows_per_grab(2 * kRowGroup * K * int64_t(sizeof(WT)));
-  parallel_for(groups, grab, par ? nt : 1, [&](int64_t g0, int64_t g1, int) {
+  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B);
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t j0 = g * kRowGroup;
+    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
       const WT *rows[kRowGroup], *up[kRowGroup], *next[kRowGroup];
-      const int count = group_rows(wg, K, idx, j0, n, rows);
-      group_rows(wu, K, idx, j0, n, up);
-      // the gate rows' streams continue into this group's up rows (read next unless every
+      rows_at(wg, K, idx, pos, count, rows);
+      rows_at(wu, K, idx, pos, count, up);
+      // the gate rows' streams continue into these neurons' up rows (read next unless every
       // gate is <= 0)
       dot_group(rows, count, x, K, B, sc, sc.res, RowStreams(rows, count, up, count, K));
       // Up rows only for neurons whose gate fired for some token (ReGLU/dReLU): for the
@@ -344,18 +393,18 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
           rows[m] = up[q];
           live[m++] = q;
         } else {
-          for (int64_t b = 0; b < B; ++b) h[b * n + j0 + q] = 0.0f;
+          for (int64_t b = 0; b < B; ++b) h[b * n + pos[q]] = 0.0f;
         }
       }
-      if (m == 0) continue;
-      const int next_count = group_rows(wg, K, idx, j0 + kRowGroup, n, next);
+      if (m == 0) return;
+      rows_at(wg, K, idx, nxt, next_count, next);
       dot_group(rows, m, x, K, B, sc, sc.res2, RowStreams(rows, m, next, next_count, K));
       for (int i = 0; i < m; ++i) {
         const int q = live[i];
         for (int64_t b = 0; b < B; ++b)
-          h[b * n + j0 + q] = gated_value(kind, sc.res[q * B + b], sc.res2[i * B + b]);
+          h[b * n + pos[q]] = gated_value(kind, sc.res[q * B + b], sc.res2[i * B + b]);
       }
-    }
+    });
   });
 }
 
@@ -450,14 +499,13 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
       ++m;
     }
   }
-  // Workers take groups of neurons as they come and stream whole rows into a private
+  // Workers take chunks of neurons as they come and stream whole rows into a private
   // [B, D] partial sum (the caller straight into `out`); the partials are added at the end.
-  const int64_t groups = (m + kRowGroup - 1) / kRowGroup;
-  const int64_t grab = rows_per_grab(kRowGroup * D * int64_t(sizeof(WT)));
-  const bool par = m * D * B >= kParallelMin && nt > 1;
-  const int workers = par ? (nt < kMaxWorkers ? nt : kMaxWorkers) : 1;
+  const int workers0 = m * D * B >= kParallelMin && nt > 1 ? nt : 1;
+  const int workers = workers0 < kMaxWorkers ? workers0 : kMaxWorkers;
+  const int64_t grab = rows_per_grab(D * int64_t(sizeof(WT)), m, workers);
   float* partial[kMaxWorkers] = {};
-  parallel_for(groups, grab, workers, [&](int64_t g0, int64_t g1, int worker) {
+  parallel_for(m, grab, workers, [&](int64_t p0, int64_t p1, int worker) {
     float* acc = out;
     if (worker > 0) {
       if (partial[worker] == nullptr) {
@@ -468,14 +516,13 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
     }
     float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kRowGroup * B));
     float* scratch = static_cast<float*>(thread_scratch(1, sizeof(float) * kRowGroup * kChunk));
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      const int64_t j = gi * kRowGroup;
+    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
       const WT *rows[kRowGroup], *next[kRowGroup];
-      const int count = group_rows(w_t, D, live, j, m, rows);
-      const int next_count = group_rows(w_t, D, live, j + kRowGroup, m, next);
+      rows_at(w_t, D, live, pos, count, rows);
+      rows_at(w_t, D, live, nxt, next_count, next);
       const RowStreams pf(rows, count, next, next_count, D);
       for (int64_t b = 0; b < B; ++b)
-        for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[j + q]];
+        for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[pos[q]]];
       with_count<kRowGroup>(count, [&](auto c) {
         constexpr int Q = decltype(c)::value;
         if (B == 1) {
@@ -484,7 +531,7 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
           axpy_group_bn<WT, Q>(rows, cbuf, B, acc, D, 0, D, scratch, pf);
         }
       });
-    }
+    });
   });
   for (int p = 1; p < workers; ++p) {
     const float* src = partial[p];
