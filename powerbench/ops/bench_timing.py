@@ -43,7 +43,7 @@ class Timer:
         # On a GPU the flush also keeps the device busy while the host enqueues the timed
         # call, so the events time the GPU's work, not the host's launch path (a decode loop
         # whose host runs ahead, or a CUDA graph, hides that path the same way): at least
-        # CUDA_FLUSH_MB (~0.2 ms of writes on an H100, ten times its L2).
+        # CUDA_FLUSH_MB (~0.2 ms of reads on an H100, ten times its L2).
         mb = max(policy.flush_mb, CUDA_FLUSH_MB) if device == "cuda" and policy.flush_mb else \
             policy.flush_mb
         n = mb * 2**20 // 4
