@@ -44,17 +44,6 @@ SYNTHETIC_NOTE = ("SYNTHETIC weights: only speed is meaningful (seeded random we
 EXPERIMENT = "validation_realsize"
 
 
-def sim_profile(trace: Any, spec: Any) -> Any:
-    """The kept layers of `trace_profile` as an ActivationProfile of the capped `spec` (the
-    simulator indexes layers 0..n-1; the same per-token traces the engine replays)."""
-    from powerbench.profiling.activation_profile import ActivationProfile
-
-    layers = [dataclasses.replace(layer, index=i) for i, layer in enumerate(trace.layers)]
-    return ActivationProfile(model=spec.name, source="synthetic", dataset="synthetic",
-                             n_tokens=layers[0].n_tokens, layers=layers,
-                             meta={"layer_ids": trace.layer_ids})
-
-
 def build_decoders(weights: Any, trace: Any, engines: list[str]) -> dict[str, Any]:
     """`dense` and, per sparse backend named in `engines`, a SparseFFN on replayed sets."""
     from powerbench.engine.decoder import Decoder
@@ -100,7 +89,9 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
             f"{spec.n_heads} heads, vocab {spec.vocab_size}), {task.dtype}"))
     full, spec, dtype, weights = inputs.full, inputs.spec, inputs.dtype, inputs.weights
     build_s, trace, ids = inputs.build_s, inputs.trace, inputs.ids
-    profile = sim_profile(trace, spec)
+    from powerbench.engine.synthetic import kept_profile
+
+    profile = kept_profile(trace, spec)
     local = load_hardware(cfg.hardware)
     placement = solve(cfg.solver, spec, profile, local, weight_dtype=task.dtype)
     decoders = build_decoders(weights, trace, list(task.engines))
