@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "powerbench"
 
-FOUNDATION = ("schema_helpers", "paths", "cache", "hub", "threads", "build", "config", "progress")
+FOUNDATION = ("schema_helpers", "paths", "cache", "hub", "threads", "build", "config", "progress",
+              "load_window")
 LAYERS: tuple[tuple[str, ...], ...] = (
     FOUNDATION,
     ("ops",),

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import re
 import shlex
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from powerbench.hardware.facts import cpu_model, meminfo, usable_cpus
+from powerbench.load_window import LoadWindow
 from powerbench.progress import Progress
 
 T = TypeVar("T")
@@ -90,38 +89,6 @@ class MachineFacts:
     def line(self) -> str:
         return (f"{self.cpu_model}, {self.cpus} CPU(s), {self.isa}, {self.memory_gb:g} GiB, "
                 + (f"{self.gpu}, " if self.gpu else "") + f"torch {self.torch}")
-
-
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-
-
-@dataclass
-class LoadWindow:
-    """Load average (1 min) and UTC time around a measurement (`with LoadWindow() as w`)."""
-
-    started: str = ""
-    ended: str = ""
-    load_before: float = math.nan
-    load_after: float = math.nan
-    seconds: float = 0.0
-    _t0: float = field(default=0.0, repr=False)
-
-    def __enter__(self) -> LoadWindow:
-        self.started, self.load_before = utc_now(), round(os.getloadavg()[0], 2)
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = round(time.perf_counter() - self._t0, 1)
-        self.ended, self.load_after = utc_now(), round(os.getloadavg()[0], 2)
-
-    def line(self) -> str:
-        return (f"{self.started} -> {self.ended[11:]} ({self.seconds:.0f} s), load average "
-                f"{self.load_before:.2f} -> {self.load_after:.2f}")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
