@@ -34,7 +34,6 @@ from powerbench.measure.resident_memory import (
     tensor_bytes,
 )
 from powerbench.profiling.synthetic import synthetic_profile
-from powerbench.tasks.inputs import synthetic_spec
 
 TINY = ["spec.d_model=1024", "spec.d_ffn=512", "spec.n_heads=8", "spec.n_kv_heads=8",
         "spec.vocab_size=300", "spec.max_positions=64"]
@@ -42,7 +41,10 @@ TINY = ["spec.d_model=1024", "spec.d_ffn=512", "spec.n_heads=8", "spec.n_kv_head
 
 @pytest.fixture(scope="module")
 def spec():
-    return synthetic_spec("llama_reglu_13b", layers=3, overrides=TINY)
+    from powerbench.config import group_config
+    from powerbench.engine.synthetic import synthetic_spec
+
+    return synthetic_spec(group_config("model", "llama_reglu_13b", TINY), layers=3)
 
 
 def test_streamed_file_holds_the_in_dram_layers(spec, tmp_path):
