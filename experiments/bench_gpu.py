@@ -11,11 +11,12 @@
 `hybrid`: engine=hybrid against llama.cpp-style layer offload of the same GPU bytes on a
 real-size shape with synthetic weights, in interleaved rounds, each row beside its
 simulated twin (powerbench.measure.hybrid_bench); writes hybrid_<model>.csv/.json/.txt into
---out-dir, --publish also the page results/hybrid_gpu/. Needs a CUDA GPU; the twin (on by
-default) also needs omegaconf (--no-simulate: torch alone). The Hydra task is
+--out-dir, --publish also the page results/hybrid_gpu/. Needs a CUDA GPU. The Hydra task is
 `powerbench bench-hybrid`.
 
-Both are thin: the arguments become the library's typed configs, the library measures.
+Both are thin: the arguments become the library's typed configs, the library measures. They
+import torch, numpy, pandas and PyYAML (matplotlib for the operators plot), never Hydra,
+omegaconf, MLflow or cvxpy (tests/measure/test_gpu_script.py makes those unimportable).
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--batch", type=int, default=1)
     h.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
     h.add_argument("--no-simulate", action="store_true",
-                   help="skip the simulated twin (it measures this machine's local profile, "
-                        "GPU included, and needs omegaconf for the bench config)")
+                   help="skip the simulated twin (it first measures this machine's local "
+                        "profile, GPU included: microbenchmarks of a few minutes)")
     h.add_argument("--out-dir", type=Path, default=Path("."))
     h.add_argument("--publish", action="store_true", help="also write results/hybrid_gpu/")
     h.add_argument("--results-dir", type=Path, default=ROOT / "results")

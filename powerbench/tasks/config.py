@@ -188,13 +188,13 @@ class BenchFlashTask:
     # default opt_1_3b; ~model@task.decode_model: FFN only)
     decode_model: Any = None
     decode_tokens: int = 16  # whole decode steps per round (at most `tokens`)
-    # ---- mode=capped ----
-    # the model configs below are conf/model options chosen in the task yaml (defaults:
-    # llama_reglu_13b, prosparse_llama2_7b, opt_1_3b) and on the command line as
-    # model@task.model=<option>; their keys override as task.model.spec.d_model=256
-    model: Any = None  # a model config with a `spec`
+    # ---- mode=capped ---- (its models are conf/model options the task yaml picks; choose
+    # one as model@task.model=<option>, override its keys as task.model.spec.d_model=256)
+    model: Any = None  # a model config with a `spec` (task yaml: llama_reglu_13b)
     model_layers: int | None = None  # keep the first N layers (rehearsals, tests)
-    sparser_model: Any = None  # its published sparsity, sparser (~model@task.sparser_model: skip)
+    # its published sparsity, sparser (task yaml: prosparse_llama2_7b; ~model@task.sparser_model
+    # skips it)
+    sparser_model: Any = None
     cap_fraction: float = 0.6  # the memory cgroup limit, of the model's weight bytes
     budgets_gb: list[float] = field(default_factory=lambda: [2.0, 4.0])  # FFN cache DRAM
     prompt_tokens: int = 4
@@ -204,7 +204,8 @@ class BenchFlashTask:
     predictor_rank: int = 64  # the seeded predictor MLP run (and charged) per layer call
     rss_slack_gb: float = 1.0  # the resident guard's slack beyond dense + budget + scratch
     llamacpp: bool = True  # the llama.cpp peer (needs `make llamacpp`)
-    ablation_model: Any = None  # the Fig. 14-order ablation (~model@task.ablation_model: skip)
+    # the Fig. 14-order ablation (task yaml: opt_1_3b; ~model@task.ablation_model skips it)
+    ablation_model: Any = None
     ablation_budget: float = 0.5  # of the ablation model's FFN bytes
     ablation_allowance_gb: float = 1.0  # its cap = dense + budget + this (runtime, scratch)
     ablation_new_tokens: int = 17

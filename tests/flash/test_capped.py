@@ -192,12 +192,13 @@ def test_random_gguf_has_the_llama_tensors(spec, tmp_path):
 def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
     from types import SimpleNamespace
 
+    from powerbench.config import load_config
     from powerbench.measure.flash_capped_runs import model_bytes
     from powerbench.tasks.bench_flash import capped_experiments
     from powerbench.tasks.config import BenchFlashTask
 
-    main, ablation = capped_experiments(BenchFlashTask(work_dir=str(tmp_path)),
-                                        SimpleNamespace(cache_dir=None))
+    task = load_config(["task=bench_flash", f"task.work_dir={tmp_path}"]).task  # its models
+    main, ablation = capped_experiments(task, SimpleNamespace(cache_dir=None))
     assert main.spec.name == "llama_reglu_13b" and main.llamacpp
     assert 24e9 < model_bytes(main.spec) < 28e9  # ~26 GB in fp16
     assert main.cap_bytes <= 2 / 3 * model_bytes(main.spec)
@@ -211,6 +212,8 @@ def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
     assert not ablation.llamacpp and len({r.budget_gb for r in ablation.runs}) == 1
     with pytest.raises(ValueError, match="task.cap_fraction"):
         capped_experiments(BenchFlashTask(cap_fraction=1.5), SimpleNamespace(cache_dir=None))
+    with pytest.raises(ValueError, match="model@task.model"):
+        capped_experiments(BenchFlashTask(), SimpleNamespace(cache_dir=None))
     with pytest.raises(ValueError, match="task.mode"):
         from powerbench.tasks.bench_flash import bench_flash
 

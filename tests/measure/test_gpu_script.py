@@ -61,3 +61,28 @@ def test_yaml_spec_is_the_composed_one():
     script = runpy.run_path(str(SCRIPT))
     for name in ("opt_6_7b", "llama_reglu_13b", "opt_1_3b"):
         assert script["model_spec"](name) == spec_from_config(group_config("model", name))
+
+
+def test_the_hybrid_twin_needs_no_hydra():
+    """The hybrid rows' simulated twins (cost model, placements, profile) on the CPU, with
+    the same packages unimportable (sparse_torch standing in for both devices)."""
+    code = RUN.split("sys.argv =")[0] + """
+import torch
+from powerbench.engine.synthetic import synthetic_decoder_weights, trace_profile
+from powerbench.measure.hybrid_bench import HybridBenchConfig, measure
+from powerbench.model.spec import ModelSpec, SparsityStats
+from tests.simulator.factories import make_hardware
+spec = ModelSpec(name="toy", n_layers=2, d_model=64, d_ffn=256, n_heads=4, n_kv_heads=4,
+                 ffn_kind="relu", vocab_size=97, max_positions=128,
+                 stats=SparsityStats(token_sparsity=0.9))
+cfg = HybridBenchConfig(layers=2, gpu_ffn_shares=(0.5,), rounds=1, new_tokens=3,
+                        prompt_tokens=4, cpu_threads=1)
+rows = measure(synthetic_decoder_weights(spec, torch.float32), spec,
+               trace_profile(spec, 2, trace_tokens=32), cfg, hardware=make_hardware(),
+               gpu_backend="sparse_torch", cpu_backend="sparse_torch")
+print("twins", [r["sim_decode_tokens_per_s"] > 0 for r in rows])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=repo_root())
+    assert done.returncode == 0, done.stderr
+    assert "twins [True, True, True, True]" in done.stdout
