@@ -100,8 +100,8 @@ def test_torch_only_script_runs_without_hydra(tmp_path, backends):
     import runpy
 
     script = runpy.run_path(str(repo_root() / "experiments" / "bench_gpu.py"))
-    argv = ["operators", "--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
-            "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
+    argv = ["operators", "--shapes", "64x256", "--dtypes", "fp32", "--batches", "1",
+            "--sparsities", "0.5", "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
     assert script["main"](argv) == 0
     assert (tmp_path / "operators_cpu" / "operators.csv").exists()
 
