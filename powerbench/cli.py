@@ -89,7 +89,7 @@ def task_overrides(argv: Sequence[str]) -> list[str]:
     if not argv or argv[0] not in TASKS:
         return list(argv)
     name, rest = argv[0], list(argv[1:])
-    words = [a for i, a in enumerate(rest) if "=" not in a and not a.startswith("-")
+    words = [a for i, a in enumerate(rest) if "=" not in a and not a.startswith(("-", "~"))
              and not (i and rest[i - 1] in FLAGS_WITH_VALUE)]
     if words and name not in POSITIONAL:
         raise SystemExit(f"powerbench {name}: unexpected {words}; options are Hydra "

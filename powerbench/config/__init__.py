@@ -1,18 +1,23 @@
-"""Hydra configuration: typed schemas, their registration, composition, conversion."""
+"""Hydra configuration: typed schemas, their registration, composition, conversion.
 
-from powerbench.config.compose import (
-    CONF_DIR,
-    as_container,
-    as_yaml,
-    compose_config,
-    group_config,
-    hydra_context,
-    load_config,
-    typed,
-)
+The schemas import no Hydra (the torch-only experiments/bench_gpu.py uses `BenchConfig`);
+composition and registration (`compose`, `store`: Hydra, omegaconf) load on first use.
+"""
+
+from importlib import import_module
+from typing import Any
+
 from powerbench.config.schema import BenchConfig, EvalConfig, PowerbenchConfig, ProfilingConfig
-from powerbench.config.store import register_configs
 
-__all__ = ["CONF_DIR", "BenchConfig", "EvalConfig", "PowerbenchConfig", "ProfilingConfig",
-           "as_container", "as_yaml", "compose_config", "group_config", "hydra_context",
-           "load_config", "register_configs", "typed"]
+_MODULE_OF = {"CONF_DIR": "conf_dir", "as_container": "compose", "as_yaml": "compose",
+              "compose_config": "compose", "group_config": "compose",
+              "hydra_context": "compose", "load_config": "compose", "typed": "compose",
+              "register_configs": "store"}
+
+__all__ = ["BenchConfig", "EvalConfig", "PowerbenchConfig", "ProfilingConfig", *_MODULE_OF]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"powerbench.config.{_MODULE_OF[name]}"), name)

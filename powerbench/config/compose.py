@@ -10,20 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-
-def _conf_dir() -> str:
-    """`conf/` of a source checkout, else the copy packaged as `powerbench/conf`."""
-    package = Path(__file__).resolve().parents[1]
-    checkout = package.parent / "conf"
-    return str(checkout if (checkout / "config.yaml").exists() else package / "conf")
-
-
-CONF_DIR = _conf_dir()
+from powerbench.config.conf_dir import CONF_DIR
 
 
 @contextmanager
@@ -66,6 +57,9 @@ def group_config(group: str, option: str, overrides: Sequence[str] = (), **field
 
     Overrides are relative to the group node. Composed through Hydra, so an unknown option
     lists the valid ones and an unknown key fails; `fields` replace typed values after.
+    For tests, notebooks and entry points: a task gets the configs it needs composed by Hydra
+    at start-up (its yaml's defaults list, e.g. `/model@task.synthetic_model`), and no
+    library module composes.
     """
     cfg = compose_config([f"{group}={option}", *(f"{group}.{o}" for o in overrides)])
     return dataclasses.replace(typed(cfg[group]), **fields)

@@ -64,15 +64,15 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def synthetic_spec(model_cfg: Any, layers: int | None = None) -> ModelSpec:
-    """The ModelSpec of a composed model config (its `spec` section; the task layer
-    composes it, `powerbench.tasks.inputs.synthetic_spec`), with at most `layers` layers."""
+    """The ModelSpec of a typed model config (its `spec` section; a task's yaml has Hydra
+    compose it, e.g. `model@task.synthetic_model=opt_6_7b`), with at most `layers` layers."""
     from powerbench.model.loading import spec_from_config
 
     name = getattr(model_cfg, "name", "?")
     if getattr(model_cfg, "spec", None) is None:
         raise ValueError(f"model={name} has no `spec` section (shapes): synthetic weights need "
                          "one (e.g. opt_6_7b, llama_reglu_7b); add it to conf/model/<name>.yaml "
-                         "or pass task.synthetic_overrides")
+                         "or choose a model that has one")
     spec = spec_from_config(model_cfg)
     if spec.n_experts > 1:
         raise ValueError(f"model={name} is a mixture of experts: not supported by the decoder")

@@ -130,25 +130,41 @@ def all_gpu_placement(spec: ModelSpec) -> Placement:
     return _placement(spec, [np.arange(spec.neurons_per_layer)] * spec.n_layers, "all on GPU")
 
 
+@dataclass(frozen=True)
+class BenchEngine:
+    """One row's decoder and what the row says about it."""
+
+    name: str  # its name in the decode benchmark ("dense": the baseline)
+    decoder: Decoder
+    gpu_ffn_share: float = 1.0  # share of the FFN bytes on the GPU (1.0: all on the GPU)
+    peer: str | None = None  # the layer-offload engine of the same share (hybrid rows)
+    system: str = ""  # the row's name ("": `name`)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "system", self.system or self.name)
+
+
 def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[float, ...],
                   gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
-                  ) -> dict[str, Decoder]:
+                  ) -> list[BenchEngine]:
     """The decoders of the module docstring, sharing `weights` (on the GPU; the tests run
     them on the CPU with sparse_torch standing in for both backends)."""
     from powerbench.engine.sparse import SparseFFN
     from powerbench.engine.synthetic import TraceReplay
 
     masks = ReplayMasks(profile, weights.device)
-    engines = {"dense": Decoder(weights),
-               SPARSE: Decoder(weights, ffn=SparseFFN(weights, gpu_backend,
-                                                      TraceReplay(profile)))}
+    engines = [BenchEngine("dense", Decoder(weights), system=DENSE),
+               BenchEngine(SPARSE, Decoder(weights, ffn=SparseFFN(weights, gpu_backend,
+                                                                  TraceReplay(profile))))]
     for share in shares:
-        engines[f"hybrid {share:.0%}"] = Decoder(weights, ffn=HybridFFN(
+        offload = f"layer offload {share:.0%}"
+        engines.append(BenchEngine(f"hybrid {share:.0%}", Decoder(weights, ffn=HybridFFN(
             weights, hot_neuron_placement(spec, profile, share), predictors=masks,
-            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend))
-        engines[f"layer offload {share:.0%}"] = Decoder(weights, ffn=HybridFFN(
+            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend)),
+            share, peer=offload))
+        engines.append(BenchEngine(offload, Decoder(weights, ffn=HybridFFN(
             weights, layer_offload_placement(spec, share), active="dense",
-            gpu_backend=gpu_backend, cpu_backend=cpu_backend))
+            gpu_backend=gpu_backend, cpu_backend=cpu_backend)), share))
     return engines
 
 
@@ -196,22 +212,21 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
     engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
     ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
                         generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
-    decode_rows = run_decode_bench(ids, engines, {}, cfg.rounds, cfg.new_tokens,
-                                   cfg.cpu_threads)
-    by_name = dict(zip(engines, decode_rows, strict=True))
+    decode_rows = run_decode_bench(ids, {e.name: e.decoder for e in engines}, {}, cfg.rounds,
+                                   cfg.new_tokens, cfg.cpu_threads)
+    by_name = {e.name: row for e, row in zip(engines, decode_rows, strict=True)}
     rows = []
-    for name, row in by_name.items():
-        split = split_pass(engines[name], ids, cfg.new_tokens)
-        share = next((s for s in cfg.gpu_ffn_shares if name.endswith(f" {s:.0%}")), 1.0)
-        peer = by_name.get(f"layer offload {share:.0%}") if name.startswith("hybrid") else None
-        sim = (simulated(engines[name], spec, profile, hardware, cfg, ids)
+    for engine, row in zip(engines, decode_rows, strict=True):
+        split = split_pass(engine.decoder, ids, cfg.new_tokens)
+        peer = by_name[engine.peer] if engine.peer else None
+        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids)
                if hardware is not None else {})
         sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
         gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
         cpu_ms = split.get("hybrid_cpu_ffn_ms_per_decode_call", float("nan"))
         rows.append({
-            "system": DENSE if name == "dense" else name,
-            "gpu_ffn_share": share,
+            "system": engine.system,
+            "gpu_ffn_share": engine.gpu_ffn_share,
             "decode_tokens_per_s": row.decode_tokens_per_s,
             "p10": row.decode_tokens_per_s_p10, "p90": row.decode_tokens_per_s_p90,
             "speedup_vs_dense": row.speedup_vs_dense,

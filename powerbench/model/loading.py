@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,23 @@ def stats_from_config(cfg: ModelConfig) -> SparsityStats | None:
     return None if cfg.stats is None else SparsityStats(**dataclasses.asdict(cfg.stats))
 
 
+def spec_from_sections(name: str, spec: Mapping[str, Any],
+                       stats: Mapping[str, Any] | None = None,
+                       hf_id: str | None = None) -> ModelSpec:
+    """ModelSpec from a model config's `spec` and `stats` sections as plain mappings: the
+    typed config's (`spec_from_config`) or a model yaml read without Hydra (the torch-only
+    experiments/bench_gpu.py), so the two cannot drift."""
+    return ModelSpec(name=name, stats=SparsityStats(**stats) if stats else None, hf_id=hf_id,
+                     **spec)
+
+
 def spec_from_config(cfg: ModelConfig) -> ModelSpec:
     """ModelSpec from a model config's `spec`/`stats` sections (no weights touched)."""
     if cfg.spec is None:
         raise ValueError(f"model {cfg.name!r} has no `spec` section; load its weights instead")
-    return ModelSpec(name=cfg.name, stats=stats_from_config(cfg), hf_id=cfg.hf_id,
-                     **dataclasses.asdict(cfg.spec))
+    return spec_from_sections(cfg.name, dataclasses.asdict(cfg.spec),
+                              None if cfg.stats is None else dataclasses.asdict(cfg.stats),
+                              cfg.hf_id)
 
 
 def load_shape_model(cfg: ModelConfig, **_: Any) -> LoadedModel:

@@ -36,13 +36,13 @@ from powerbench.cache import ArtifactCache, file_lock, stable_hash
 from powerbench.dataset.config import DatasetConfig
 from powerbench.dataset.sharegpt import file_fingerprint, load_sharegpt, sharegpt_file
 from powerbench.dataset.split import TextSplit
+from powerbench.load_window import load_average
 from powerbench.model import tokenizer as bpe
 from powerbench.model.config import ModelConfig, TinyTrainConfig
 from powerbench.model.loading import LoadedModel, spec_from_hf_config
 from powerbench.model.train import (
     TrainReport,
     deterministic_cpu,
-    load_average,
     model_nll,
     optimize,
     scored_bytes,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,7 +43,7 @@ class TrainReport:
     train_docs: int
     heldout_docs: int
     threads: int
-    load_average: list[float] = field(default_factory=list)  # os.getloadavg() after training
+    load_average: float = math.nan  # 1-minute, after training (powerbench.load_window)
     versions: dict[str, str] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
@@ -183,9 +182,3 @@ def scored_bytes(targets: torch.Tensor, byte_lengths: Sequence[int]) -> int:
     lengths = torch.tensor(byte_lengths, dtype=torch.long)
     return int(lengths[targets.reshape(-1)].sum())
 
-
-def load_average() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []

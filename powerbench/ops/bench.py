@@ -21,7 +21,7 @@ predictor's ``nonzero`` returns them. Timed calls use ``check=False`` (the decod
 ``ours_dense`` stays on the path chosen at load).
 
 Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_operators), or
-``python experiments/bench_operators.py [--quick]`` where only torch is installed (a lent GPU).
+``python experiments/bench_gpu.py operators [--quick]`` where only torch is installed (a lent GPU).
 """
 
 from __future__ import annotations

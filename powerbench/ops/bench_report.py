@@ -9,7 +9,6 @@ package stays importable with torch alone.
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -163,13 +162,6 @@ def plot_speedup(rows: Sequence[ResultRow], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def write_outputs(rows: Sequence[ResultRow], out_dir: Path, device: str, tag: str,

@@ -51,6 +51,7 @@ class TargetResult:
     error: str | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     recorded_seconds: float | None = None  # wall time of its last recorded reproduce run
+    hardware: dict[str, str] = field(default_factory=dict)  # profile -> its recorded description
 
 
 def compare(target: Target, table: pd.DataFrame) -> list[Comparison]:
@@ -92,6 +93,8 @@ def collect(targets: Iterable[Target], outcomes: Mapping[str, Outcome], tracking
             result.comparisons = compare(target, result.table)
         if ran is None:
             result.recorded_seconds = recorded_wall_time(target, tracking_uri)
+        if target.simulated:
+            result.hardware = recorded_hardware(target, tracking_uri)
         results.append(result)
     return results
 
@@ -111,6 +114,20 @@ def recorded_wall_time(target: Target, tracking_uri: str) -> float | None:
     return float(seconds.iloc[-1]) if seconds.notna().iloc[-1] else None
 
 
+def recorded_hardware(target: Target, tracking_uri: str) -> dict[str, str]:
+    """Each hardware profile the target's runs used -> the description they recorded
+    (params hardware.name / hardware.description); empty when the store has none."""
+    from powerbench.figures.runs import column, search_runs
+
+    try:
+        runs = search_runs(target.experiment or target.name, tracking_uri)
+    except Exception:  # noqa: BLE001 - a store without the runs: profiles named only
+        return {}
+    pairs = zip(column(runs, "params.hardware.name"), column(runs, "params.hardware.description"),
+                strict=True)
+    return {str(n): str(d) for n, d in pairs if isinstance(n, str) and isinstance(d, str) and d}
+
+
 def _number(value: float) -> str:
     return "n/a" if not math.isfinite(value) else f"{value:.4g}"
 
@@ -127,15 +144,6 @@ def _tolerance(p: Published) -> str:
     return f"±{p.tolerance:g}" if p.absolute else f"±{100 * p.tolerance:g}%"
 
 
-def _hardware_description(name: str) -> str:
-    try:
-        from powerbench.config import group_config
-
-        return f"{name} ({group_config('hardware', name).description})"
-    except Exception:  # noqa: BLE001 - an unknown profile is still named
-        return name
-
-
 def provenance(result: TargetResult) -> str:
     """'SIMULATED by the cost model on <profile>' or 'MEASURED on <this machine's CPU>'."""
     table = result.table
@@ -143,7 +151,8 @@ def provenance(result: TargetResult) -> str:
         names = (sorted({n for h in table["hardware"].dropna().unique()
                          for n in str(h).split("+")})  # "pc_high+a100": systems on two
                  if table is not None and "hardware" in table.columns else [])
-        where = "; ".join(_hardware_description(n) for n in names) or "a hardware profile"
+        where = "; ".join(f"{n} ({result.hardware[n]})" if n in result.hardware else n
+                          for n in names) or "a hardware profile"
         return f"SIMULATED by the cost model on {where}"
     from powerbench.tracking.provenance import machine_tags
 

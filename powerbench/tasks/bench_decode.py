@@ -1,6 +1,6 @@
 """`powerbench bench-decode`: dense vs sparse decoders side by side (measure.decode_bench).
 
-With `task.synthetic_model=<model>` (a model yaml with a `spec`, e.g. opt_6_7b) the
+With `model@task.synthetic_model=<model>` (a model yaml with a `spec`, e.g. opt_6_7b) the
 decoders run that real shape with SYNTHETIC seeded random weights (`task.dtype`,
 `task.layers`, `powerbench.engine.synthetic`) and active sets replayed from the synthetic
 profile's trace: only the speed is meaningful; the achieved GB/s are set against this
@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from powerbench.config import PowerbenchConfig, as_container, group_config
+from powerbench.config import PowerbenchConfig, as_container
 from powerbench.engine import build_prompt_batch
 from powerbench.evaluation.predictor_stage import prepare_predictors
 from powerbench.measure.decode_bench import build_engines, run_decode_bench
@@ -39,11 +39,8 @@ def bench_decode_model(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Pa
     """Our decoder with the configured model's trained weights: dense vs each predictor."""
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
-    names = sorted(set(task.predictors) | ({task.unfused} if task.unfused else set()))
     sets, pbytes = {}, {}
-    for name in names:
-        predictor = (cfg.predictor if getattr(cfg.predictor, "name", None) == name
-                     else group_config("predictor", name))  # predictor=<name> overrides apply
+    for name, predictor in chosen_predictors(task, cfg).items():
         sets[name], metrics, _ = prepare_predictors(
             predictor, loaded, profile, cache, out_dir / "predictors" / name,
             calibration_texts=split.train, seq_len=cfg.eval.seq_len)
@@ -65,6 +62,20 @@ def bench_decode_model(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Pa
                 "task": as_container(task)})
 
 
+def chosen_predictors(task: BenchDecodeTask, cfg: PowerbenchConfig) -> dict[str, Any]:
+    """Name -> typed predictor config of `task.predictors` and `task.unfused`, from the
+    configs Hydra composed into `task.predictor_configs`; the experiment's own `predictor`
+    (with its command-line overrides) where its name is one of them."""
+    names = sorted(set(task.predictors) | ({task.unfused} if task.unfused else set()))
+    unknown = [n for n in names if n not in task.predictor_configs]
+    if unknown:
+        raise ValueError(f"task.predictors / task.unfused: {unknown} not among the composed "
+                         f"predictor configs; valid: {sorted(task.predictor_configs)} (conf/task/"
+                         "bench_decode.yaml lists them)")
+    own = getattr(cfg.predictor, "name", None)
+    return {n: cfg.predictor if n == own else task.predictor_configs[n] for n in names}
+
+
 SYNTHETIC_NOTE = ("synthetic weights: only speed is meaningful (seeded random weights; the "
                   "tokens they produce are not; sparse active sets replayed from the synthetic "
                   "activation profile's trace)")
@@ -80,7 +91,7 @@ def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir
     assert task.synthetic_model is not None
     bench = cfg.bench
     inputs = synthetic_inputs(
-        task.synthetic_model, task.layers, task.synthetic_overrides, task.dtype, task.seed,
+        task.synthetic_model, task.layers, task.dtype, task.seed,
         bench, announce=lambda full, spec: print(
             f"{SYNTHETIC_NOTE}\nbuilding {spec.name}: {spec.n_layers} of {full.n_layers} "
             f"layers, d_model {spec.d_model}, d_ffn {spec.d_ffn}, vocab {spec.vocab_size}, "

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from powerbench.config import PowerbenchConfig, as_container, group_config
+from powerbench.config import PowerbenchConfig, as_container
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.tasks.config import BenchFlashTask
 
@@ -35,11 +35,11 @@ def bench_flash(task: BenchFlashTask, cfg: PowerbenchConfig, out_dir: Path) -> l
 
 # ---- mode=ffn: the in-DRAM-capable shape ---------------------------------------------------
 def ffn_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
+    from powerbench.engine.synthetic import synthetic_spec
     from powerbench.measure.flash_ffn_bench import run_flash_bench
     from powerbench.measure.flash_ffn_inputs import BenchShape
     from powerbench.measure.flash_ffn_report import default_variants
     from powerbench.paths import cache_dir
-    from powerbench.tasks.inputs import synthetic_spec
 
     shape = BenchShape(n_layers=task.layers, d_model=task.d_model, d_ffn=task.d_ffn,
                        dtype=task.dtype)
@@ -77,17 +77,21 @@ def ffn_reports(task: BenchFlashTask, cfg: PowerbenchConfig) -> Report:
 
 
 # ---- mode=capped: a model larger than its memory cap, against llama.cpp ---------------------
-def _spec(model: str, task: BenchFlashTask) -> Any:
-    from powerbench.tasks.inputs import synthetic_spec
+def _spec(model: Any, task: BenchFlashTask) -> Any:
+    from powerbench.engine.synthetic import synthetic_spec
 
-    return synthetic_spec(model, task.model_layers, task.model_overrides)
+    return synthetic_spec(model, task.model_layers)
 
 
-def _sparsity(model: str, name: str) -> Any:
+def _sparsity(model: Any, name: str) -> Any:
+    """The published sparsity of a typed model config (composed by Hydra: the task yaml)."""
     from powerbench.measure.flash_capped_worker import Sparsity
 
-    stats = group_config("model", model).stats
-    return Sparsity(name, float(stats.token_sparsity), f"{model}: {stats.source}")
+    if model.stats is None:
+        raise ValueError(f"model {model.name} has no `stats` (published sparsity) for the "
+                         "capped bench-flash runs")
+    stats = model.stats
+    return Sparsity(name, float(stats.token_sparsity), f"{model.name}: {stats.source}")
 
 
 def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]:
@@ -98,6 +102,9 @@ def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]
 
     if not 0.0 < task.cap_fraction <= 1.0:
         raise ValueError(f"task.cap_fraction must be in (0, 1], got {task.cap_fraction}")
+    if task.model is None:
+        raise ValueError("task.mode=capped needs a model: model@task.model=<a conf/model option "
+                         "with a `spec`>, e.g. llama_reglu_13b")
     work = Path(task.work_dir) if task.work_dir else cache_dir(cfg.cache_dir) / "flash" / "capped"
     spec = _spec(task.model, task)
     cases = [_sparsity(task.model, "published")]
@@ -109,7 +116,7 @@ def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]
                   predictor_rank=task.predictor_rank, hot_fraction=task.hot_fraction,
                   slack_bytes=int(task.rss_slack_gb * GB), keep_files=task.keep_files,
                   prompt_tokens=task.prompt_tokens)
-    out = [CappedExperiment(name=task.model, spec=spec, sparsities=tuple(cases), runs=runs,
+    out = [CappedExperiment(name=task.model.name, spec=spec, sparsities=tuple(cases), runs=runs,
                             cap_bytes=int(task.cap_fraction * model_bytes(spec)),
                             llamacpp=task.llamacpp, new_tokens=task.new_tokens,
                             rounds=task.capped_rounds, **common)]
@@ -126,7 +133,7 @@ def capped_experiments(task: BenchFlashTask, cfg: PowerbenchConfig) -> list[Any]
         aruns = tuple(FlashRun(label, case.name, budget, bundled=b, direct=d, cache=c,
                                pipeline=p) for label, b, d, c, p in steps)
         cap = model_bytes(aspec) - ffn + budget * GB + task.ablation_allowance_gb * GB
-        out.append(CappedExperiment(name=f"{task.ablation_model}_ablation", spec=aspec,
+        out.append(CappedExperiment(name=f"{task.ablation_model.name}_ablation", spec=aspec,
                                     sparsities=(case,), runs=aruns, cap_bytes=int(cap),
                                     llamacpp=False, new_tokens=task.ablation_new_tokens,
                                     rounds=task.ablation_rounds, **common))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -48,9 +49,10 @@ class ValidateTask:
     rounds: int = 12  # engine runs per engine, calibrations before, between and after
     figure: bool = True  # draw the figure (measured vs simulated) beside the report
     publish: bool = False  # also write the report into results/validation/
-    # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts
-    synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
-    synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
+    # real-size shapes, SYNTHETIC (seeded random) weights, as bench-decode: only speed counts.
+    # A model config with a `spec` (shapes), chosen as model@task.synthetic_model=opt_6_7b;
+    # its keys override as task.synthetic_model.spec.d_model=64 (None: off)
+    synthetic_model: Any = None
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
@@ -64,12 +66,16 @@ class BenchDecodeTask:
     name: str = "bench_decode"
     rounds: int = 15
     predictors: list[str] = field(default_factory=lambda: ["fixed", "adaptive", "oracle"])
+    # the predictor configs the names above (and `unfused`) pick from, composed by Hydra from
+    # conf/predictor in the task yaml; override as task.predictor_configs.fixed.rank=32
+    predictor_configs: dict[str, Any] = field(default_factory=dict)
     backend: str = "sparse_cpu"
     unfused: str | None = "adaptive"  # also time this predictor unfused (None: skip)
     publish: bool = False  # also write the report into results/decode/
-    # real-size shapes, synthetic (seeded random) weights: only speed is meaningful
-    synthetic_model: str | None = None  # a model yaml with a `spec`, e.g. opt_6_7b (None: off)
-    synthetic_overrides: list[str] = field(default_factory=list)  # e.g. ['spec.d_model=64']
+    # real-size shapes, synthetic (seeded random) weights: only speed is meaningful. A model
+    # config with a `spec` (shapes), chosen as model@task.synthetic_model=opt_6_7b; its keys
+    # override as task.synthetic_model.spec.d_model=64 (None: off, the experiment's model)
+    synthetic_model: Any = None
     dtype: str = "fp16"  # fp16 | fp32 (synthetic weights only)
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
@@ -121,7 +127,9 @@ class BenchHybridTask:
 
     _target_: str = "powerbench.tasks.bench_hybrid.bench_hybrid"
     name: str = "bench_hybrid"
-    synthetic_model: str = "opt_6_7b"  # a model config with a `spec` section (shapes)
+    # a model config with a `spec` section (shapes): model@task.synthetic_model=<option>
+    # (task yaml default opt_6_7b)
+    synthetic_model: Any = None
     layers: int = 8  # evenly spaced over the model's depth
     gpu_ffn_shares: list[float] = field(default_factory=lambda: [0.25, 0.5])
     rounds: int = 5
@@ -176,13 +184,17 @@ class BenchFlashTask:
     d_ffn: int = 8192
     dtype: str = "fp16"  # fp16 | fp32
     budgets: list[float] = field(default_factory=lambda: [1.0, 0.5, 0.25, 0.1])
-    decode_model: str | None = "opt_1_3b"  # whole decode steps of this shape; null: FFN only
+    # whole decode steps of this model's shape (model@task.decode_model=<option>, task yaml
+    # default opt_1_3b; ~model@task.decode_model: FFN only)
+    decode_model: Any = None
     decode_tokens: int = 16  # whole decode steps per round (at most `tokens`)
-    # ---- mode=capped ----
-    model: str = "llama_reglu_13b"  # a model yaml with a `spec`
+    # ---- mode=capped ---- (its models are conf/model options the task yaml picks; choose
+    # one as model@task.model=<option>, override its keys as task.model.spec.d_model=256)
+    model: Any = None  # a model config with a `spec` (task yaml: llama_reglu_13b)
     model_layers: int | None = None  # keep the first N layers (rehearsals, tests)
-    model_overrides: list[str] = field(default_factory=list)  # e.g. ["spec.d_model=256"]
-    sparser_model: str | None = "prosparse_llama2_7b"  # its published sparsity, sparser
+    # its published sparsity, sparser (task yaml: prosparse_llama2_7b; ~model@task.sparser_model
+    # skips it)
+    sparser_model: Any = None
     cap_fraction: float = 0.6  # the memory cgroup limit, of the model's weight bytes
     budgets_gb: list[float] = field(default_factory=lambda: [2.0, 4.0])  # FFN cache DRAM
     prompt_tokens: int = 4
@@ -192,7 +204,8 @@ class BenchFlashTask:
     predictor_rank: int = 64  # the seeded predictor MLP run (and charged) per layer call
     rss_slack_gb: float = 1.0  # the resident guard's slack beyond dense + budget + scratch
     llamacpp: bool = True  # the llama.cpp peer (needs `make llamacpp`)
-    ablation_model: str | None = "opt_1_3b"  # the Fig. 14-order ablation; null: skip it
+    # the Fig. 14-order ablation (task yaml: opt_1_3b; ~model@task.ablation_model skips it)
+    ablation_model: Any = None
     ablation_budget: float = 0.5  # of the ablation model's FFN bytes
     ablation_allowance_gb: float = 1.0  # its cap = dense + budget + this (runtime, scratch)
     ablation_new_tokens: int = 17
@@ -276,6 +289,8 @@ class ConstantsTask:
     # also MEASURE the token-to-token overlap of active neurons (tiny_relu; SmolLM2 at each
     # CATS sparsity) into results/calibration/token_overlap.csv (minutes of CPU)
     overlap: bool = False
+    # the models traced (conf/model options composed in the task yaml: tiny_relu, smollm2_135m)
+    overlap_models: dict[str, Any] = field(default_factory=dict)
     overlap_tokens: int = 2048  # consecutive tokens traced per model (sequences of 128)
     overlap_cats_sparsity: list[float] = field(default_factory=lambda: [
         0.5, 0.7, 0.8, 0.9, 0.95, 0.97])

@@ -19,14 +19,12 @@ from powerbench.paths import repo_root, results_dir
 from powerbench.simulator.constants import render_table, resolve
 from powerbench.tasks.config import ConstantsTask
 
-OVERLAP_MODELS = ("tiny_relu", "smollm2_135m")
 OVERLAP_SEQ_LEN = 128  # the profiler's default sequence length
 
 
 def measure_token_overlap(task: ConstantsTask, cfg: PowerbenchConfig) -> Path:
     """results/calibration/token_overlap.csv (module doc)."""
     from powerbench.build import build
-    from powerbench.config import group_config
     from powerbench.dataset import load_texts
     from powerbench.measure.token_overlap import model_overlap
     from powerbench.paths import cache_dir
@@ -34,8 +32,8 @@ def measure_token_overlap(task: ConstantsTask, cfg: PowerbenchConfig) -> Path:
     texts = load_texts(cfg.dataset).train
     out = results_dir() / "calibration" / "token_overlap.csv"
     rows = []
-    for name in OVERLAP_MODELS:
-        loaded = build(group_config("model", name), cache_dir=cache_dir(cfg.cache_dir))
+    for model in task.overlap_models.values():  # typed, composed by the task yaml
+        loaded = build(model, cache_dir=cache_dir(cfg.cache_dir))
         sparsities = (task.overlap_cats_sparsity if loaded.spec.ffn_kind == "swiglu"
                       else [0.0])
         for sparsity in sparsities:

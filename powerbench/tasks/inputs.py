@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,29 +48,24 @@ class SyntheticInputs:
     ids: Any  # int tensor [batch, prompt_tokens]
 
 
-def synthetic_spec(model: str, layers: int | None = None, overrides: Sequence[str] = ()) -> Any:
-    """The ModelSpec of model config `model` (its `spec` section, after `overrides` such
-    as "spec.d_model=64"), with at most `layers` layers."""
-    from powerbench.config import group_config
-    from powerbench.engine import synthetic
-
-    return synthetic.synthetic_spec(group_config("model", model, list(overrides)), layers)
-
-
-def synthetic_inputs(model: str, layers: int | None, overrides: list[str], dtype: str,
-                     seed: int, bench: Any,
+def synthetic_inputs(model: Any, layers: int | None, dtype: str, seed: int, bench: Any,
                      announce: Callable[[Any, Any], None] | None = None) -> SyntheticInputs:
-    """What bench-decode and validate start from on `task.synthetic_model`; the trace covers
-    every token of the bench (batch x (prompt + new)). `announce(full, spec)` runs before the
-    (possibly long) weight build."""
+    """What bench-decode and validate start from on `task.synthetic_model` (a typed model
+    config, composed by Hydra); the trace covers every token of the bench (batch x (prompt +
+    new)). `announce(full, spec)` runs before the (possibly long) weight build."""
     import time
 
     import torch
 
-    from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile
+    from powerbench.engine.synthetic import (
+        synthetic_decoder_weights,
+        synthetic_spec,
+        torch_dtype,
+        trace_profile,
+    )
 
-    full = synthetic_spec(model, None, overrides)
-    spec = synthetic_spec(model, layers, overrides)
+    full = synthetic_spec(model)
+    spec = synthetic_spec(model, layers)
     tdtype = torch_dtype(dtype)
     if announce is not None:
         announce(full, spec)

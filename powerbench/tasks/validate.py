@@ -12,7 +12,7 @@ The engines to compare are a Hydra sweep, each a typed `engine` option:
 
 conf/task/validate.yaml sets the defaults: hardware=local, solver=all_cpu, predictor=fixed
 (sparse engines), bench.repeats=3, experiment `validation_local`. With
-`task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
+`model@task.synthetic_model=<model>` (e.g. opt_6_7b) it validates real-size shapes with
 SYNTHETIC weights instead, `task.engines` side by side: powerbench.tasks.validate_synthetic.
 
 Reports through the measurement harness (study `validation`): one row per engine and

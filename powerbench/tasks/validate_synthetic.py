@@ -1,4 +1,4 @@
-"""`powerbench validate task.synthetic_model=<model>`: the simulator's twin on REAL-SIZE
+"""`powerbench validate model@task.synthetic_model=<model>`: the simulator's twin on REAL-SIZE
 shapes with SYNTHETIC (seeded random) weights.
 
 The decoders are bench-decode's (`task.synthetic_model`, powerbench.engine.synthetic):
@@ -82,7 +82,7 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     assert task.synthetic_model is not None
     bench = cfg.bench
     inputs = synthetic_inputs(
-        task.synthetic_model, task.layers, task.synthetic_overrides, task.dtype, task.seed,
+        task.synthetic_model, task.layers, task.dtype, task.seed,
         bench, announce=lambda full, spec: print(
             f"{SYNTHETIC_NOTE}\nvalidate {spec.name}: {spec.n_layers} of {full.n_layers} "
             f"layers (per-layer shapes real: d_model {spec.d_model}, d_ffn {spec.d_ffn}, "
@@ -133,7 +133,7 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
                "100 x (simulated - measured) / measured median"])
 
 
-REALSIZE_COMMAND = ("powerbench validate task.synthetic_model=opt_1_3b task.layers=8 "
+REALSIZE_COMMAND = ("powerbench validate model@task.synthetic_model=opt_1_3b task.layers=8 "
                     "task.rounds=3 task.dtype=<dtype> bench.threads=<n> task.publish=true")
 
 

@@ -1,4 +1,5 @@
-"""Synthetic-weights decoders (engine.synthetic) and `bench-decode task.synthetic_model=...`."""
+"""Synthetic-weights decoders (engine.synthetic) and `bench-decode
+model@task.synthetic_model=...`."""
 
 from __future__ import annotations
 
@@ -6,16 +7,17 @@ import pandas as pd
 import pytest
 import torch
 
+from powerbench.config import group_config
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.sparse import SparseFFN
 from powerbench.engine.synthetic import (
     AllActive,
     TraceReplay,
     synthetic_decoder_weights,
+    synthetic_spec,
     trace_profile,
 )
 from powerbench.measure.decode_bench import build_synthetic_engines, run_decode_bench
-from powerbench.tasks.inputs import synthetic_spec
 
 TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=4",
         "spec.vocab_size=300", "spec.max_positions=64"]
@@ -23,15 +25,15 @@ TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=
 
 @pytest.fixture(scope="module", params=["opt_6_7b", "llama_reglu_7b"])
 def tiny(request):
-    spec = synthetic_spec(request.param, layers=2, overrides=TINY)
+    spec = synthetic_spec(group_config("model", request.param, TINY), layers=2)
     return spec, synthetic_decoder_weights(spec, torch.float32, seed=0)
 
 
 def test_spec_is_the_model_yaml_capped():
-    spec = synthetic_spec("opt_6_7b", layers=8)
+    spec = synthetic_spec(group_config("model", "opt_6_7b"), layers=8)
     assert (spec.n_layers, spec.d_model, spec.d_ffn, spec.n_heads) == (8, 4096, 16384, 32)
     assert spec.stats is not None and spec.stats.token_sparsity == pytest.approx(0.97)
-    assert synthetic_spec("opt_6_7b", layers=100).n_layers == 32
+    assert synthetic_spec(group_config("model", "opt_6_7b"), layers=100).n_layers == 32
 
 
 def test_weights_have_the_spec_shape_and_are_seeded(tiny):
@@ -62,7 +64,8 @@ def test_dense_and_all_active_sparse_agree(tiny):
 
 def test_trace_replay_follows_the_profile(tiny):
     spec, w = tiny
-    profile = trace_profile(synthetic_spec("opt_6_7b", overrides=TINY), 2, trace_tokens=16)
+    profile = trace_profile(synthetic_spec(group_config("model", "opt_6_7b", TINY)), 2,
+                            trace_tokens=16)
     assert profile.layer_ids == [0, 31]  # evenly spaced over the full model's depth
     sets = TraceReplay(profile)
     first = [sets.predict(layer, torch.zeros(1, spec.d_model)) for layer in range(2)]
@@ -75,7 +78,7 @@ def test_trace_replay_follows_the_profile(tiny):
 
 def test_synthetic_engines_run_side_by_side(tiny):
     spec, w = tiny
-    full = synthetic_spec("opt_6_7b", overrides=TINY)
+    full = synthetic_spec(group_config("model", "opt_6_7b", TINY))
     engines, pbytes = build_synthetic_engines(w, trace_profile(full, 2, 32), "sparse_cpu",
                                               predictor_rank=8, torch_linear_baseline=True)
     assert list(engines) == ["dense", "dense F.linear", "trace", "trace+predictor r8"]
@@ -91,12 +94,13 @@ def test_synthetic_engines_run_side_by_side(tiny):
 
 def test_spec_less_model_is_refused():
     with pytest.raises(ValueError, match="no `spec` section"):
-        synthetic_spec("opt_125m")
+        synthetic_spec(group_config("model", "opt_125m"))
 
 
 def test_cli_writes_the_realsize_csv(run_cli, tmp_path, capsys):
     run_dir = tmp_path / "bench"
-    run_cli(["bench-decode", "task.synthetic_model=opt_6_7b", f"task.synthetic_overrides={TINY}",
+    run_cli(["bench-decode", "model@task.synthetic_model=opt_6_7b",
+             *(f"task.synthetic_model.{o}" for o in TINY),
              "task.layers=2", "task.dtype=fp32", "task.rounds=2", "task.predictor_rank=8",
              "bench.prompt_tokens=4", "bench.new_tokens=3", f"hydra.run.dir={run_dir}"])
     (out,) = run_dir.glob("realsize_*.csv")

@@ -9,11 +9,12 @@ import os
 import numpy as np
 import pytest
 
+from powerbench.config import group_config
+from powerbench.engine.synthetic import synthetic_spec
 from powerbench.measure.flash_ffn_bench import run_flash_bench
 from powerbench.measure.flash_ffn_inputs import BenchShape
 from powerbench.measure.flash_ffn_report import Variant
 from powerbench.measure.page_cache_usage import page_cache_bytes
-from powerbench.tasks.inputs import synthetic_spec
 
 
 def test_page_cache_probe(tmp_path):
@@ -36,11 +37,11 @@ def test_bench_runs_and_o_direct_bypasses_the_page_cache(tmp_path):
                 Variant("flash 25% unbundled", 0.25, bundled=False)]
     report = run_flash_bench(shape, variants, tokens=3, rounds=2, warmup=2, io_threads=2,
                              cache_dir=tmp_path, storage_mb=4, storage_seconds=0.02,
-                             decode_spec=synthetic_spec(
-                                 "opt_1_3b", overrides=("spec.n_layers=2", "spec.d_model=1024",
-                                                        "spec.d_ffn=512", "spec.n_heads=8",
-                                                        "spec.n_kv_heads=8",
-                                                        "spec.vocab_size=64")),
+                             decode_spec=synthetic_spec(group_config(
+                                 "model", "opt_1_3b", ["spec.n_layers=2", "spec.d_model=1024",
+                                                       "spec.d_ffn=512", "spec.n_heads=8",
+                                                       "spec.n_kv_heads=8",
+                                                       "spec.vocab_size=64"])),
                              decode_tokens=2, log=lambda *_: None)
     assert [r.variant.name for r in report.results][-1] == "flash 25%"  # + the buffered one
     assert not report.results[-1].variant.direct

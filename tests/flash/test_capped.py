@@ -34,7 +34,6 @@ from powerbench.measure.resident_memory import (
     tensor_bytes,
 )
 from powerbench.profiling.synthetic import synthetic_profile
-from powerbench.tasks.inputs import synthetic_spec
 
 TINY = ["spec.d_model=1024", "spec.d_ffn=512", "spec.n_heads=8", "spec.n_kv_heads=8",
         "spec.vocab_size=300", "spec.max_positions=64"]
@@ -42,7 +41,10 @@ TINY = ["spec.d_model=1024", "spec.d_ffn=512", "spec.n_heads=8", "spec.n_kv_head
 
 @pytest.fixture(scope="module")
 def spec():
-    return synthetic_spec("llama_reglu_13b", layers=3, overrides=TINY)
+    from powerbench.config import group_config
+    from powerbench.engine.synthetic import synthetic_spec
+
+    return synthetic_spec(group_config("model", "llama_reglu_13b", TINY), layers=3)
 
 
 def test_streamed_file_holds_the_in_dram_layers(spec, tmp_path):
@@ -190,12 +192,13 @@ def test_random_gguf_has_the_llama_tensors(spec, tmp_path):
 def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
     from types import SimpleNamespace
 
+    from powerbench.config import load_config
     from powerbench.measure.flash_capped_runs import model_bytes
     from powerbench.tasks.bench_flash import capped_experiments
     from powerbench.tasks.config import BenchFlashTask
 
-    main, ablation = capped_experiments(BenchFlashTask(work_dir=str(tmp_path)),
-                                        SimpleNamespace(cache_dir=None))
+    task = load_config(["task=bench_flash", f"task.work_dir={tmp_path}"]).task  # its models
+    main, ablation = capped_experiments(task, SimpleNamespace(cache_dir=None))
     assert main.spec.name == "llama_reglu_13b" and main.llamacpp
     assert 24e9 < model_bytes(main.spec) < 28e9  # ~26 GB in fp16
     assert main.cap_bytes <= 2 / 3 * model_bytes(main.spec)
@@ -209,6 +212,8 @@ def test_the_task_composes_the_13b_comparison_and_the_fig14_ablation(tmp_path):
     assert not ablation.llamacpp and len({r.budget_gb for r in ablation.runs}) == 1
     with pytest.raises(ValueError, match="task.cap_fraction"):
         capped_experiments(BenchFlashTask(cap_fraction=1.5), SimpleNamespace(cache_dir=None))
+    with pytest.raises(ValueError, match="model@task.model"):
+        capped_experiments(BenchFlashTask(), SimpleNamespace(cache_dir=None))
     with pytest.raises(ValueError, match="task.mode"):
         from powerbench.tasks.bench_flash import bench_flash
 

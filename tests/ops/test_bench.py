@@ -96,12 +96,12 @@ def test_percent_sparsities_are_refused_with_a_hint():
 
 
 def test_torch_only_script_runs_without_hydra(tmp_path, backends):
-    """experiments/bench_operators.py: the same benchmark where only torch is installed."""
+    """experiments/bench_gpu.py operators: the same benchmark where only torch is installed."""
     import runpy
 
-    script = runpy.run_path(str(repo_root() / "experiments" / "bench_operators.py"))
-    argv = ["--shapes", "64x256", "--dtypes", "fp32", "--batches", "1", "--sparsities", "0.5",
-            "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
+    script = runpy.run_path(str(repo_root() / "experiments" / "bench_gpu.py"))
+    argv = ["operators", "--shapes", "64x256", "--dtypes", "fp32", "--batches", "1",
+            "--sparsities", "0.5", "--ops", "row", "--no-plot", "--out-dir", str(tmp_path)]
     assert script["main"](argv) == 0
     assert (tmp_path / "operators_cpu" / "operators.csv").exists()
 

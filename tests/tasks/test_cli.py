@@ -38,6 +38,8 @@ def test_task_words_become_overrides():
     assert task_overrides(["ui", "sqlite:///x.db"]) == ["task=ui", "tracking.uri=sqlite:///x.db"]
     assert task_overrides(["-m", "bench-solver", "model=a,b"]) == [
         "-m", "task=bench_solver", "model=a,b"]
+    assert task_overrides(["bench-flash", "~model@task.sparser_model"]) == [
+        "task=bench_flash", "~model@task.sparser_model"]  # a deletion, not a bare word
     with pytest.raises(SystemExit, match="unexpected"):
         task_overrides(["validate", "--rounds", "3"])
     assert task_overrides(["validate", "--cfg", "job"]) == ["task=validate", "--cfg", "job"]

@@ -1,4 +1,4 @@
-"""`powerbench validate task.synthetic_model=...`: the twin on synthetic-weight shapes,
+"""`powerbench validate model@task.synthetic_model=...`: the twin on synthetic-weight shapes,
 reported through the measurement harness."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from powerbench.tasks.validate_synthetic import realsize_section
 
 TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=4",
         "spec.vocab_size=300", "spec.max_positions=64"]
+SHAPE = [f"task.synthetic_model.{o}" for o in TINY]  # the composed model's keys
 FAST_LOCAL = ["hardware.mem_mb=32", "hardware.gemv_dim=512", "hardware.gemm_dim=128",
               "hardware.repeats=2", "hardware.sync_iters=200", "hardware.storage=false"]
 
@@ -18,7 +19,7 @@ FAST_LOCAL = ["hardware.mem_mb=32", "hardware.gemv_dim=512", "hardware.gemm_dim=
 @pytest.mark.parametrize("model", ["opt_6_7b", "llama_reglu_7b"])
 def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model):
     run_dir = tmp_path / "run"
-    argv = ["validate", f"task.synthetic_model={model}", f"task.synthetic_overrides={TINY}",
+    argv = ["validate", f"model@task.synthetic_model={model}", *SHAPE,
             "task.layers=2", "task.dtype=fp32", "task.rounds=2", f"hydra.run.dir={run_dir}",
             "bench.prompt_tokens=4", "bench.new_tokens=4", "bench.repeats=1",
             "bench.warmup=0", *FAST_LOCAL]
@@ -51,7 +52,7 @@ def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model):
 
 def test_unknown_engine_is_refused(run_cli, capsys):
     with pytest.raises(SystemExit):
-        run_cli(["validate", "task.synthetic_model=opt_6_7b", f"task.synthetic_overrides={TINY}",
+        run_cli(["validate", "model@task.synthetic_model=opt_6_7b", *SHAPE,
                  "task.layers=1", "task.engines=[flash]", *FAST_LOCAL])
     assert "neither `dense` nor a sparse backend" in capsys.readouterr().err
 
