@@ -73,12 +73,13 @@ def computed_masks(spec: ModelSpec, profile: ActivationProfile, mode: ComputeMod
 
 def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
                  mode: ComputeMode, batch: int, n_steps: int, offset: int,
-                 rates: FlashRates, ratio: np.ndarray, prompt_rows: int = 0
-                 ) -> tuple[FlashTraffic, np.ndarray]:
+                 rates: FlashRates, ratio: np.ndarray, prompt_rows: int = 0,
+                 window: int | None = None) -> tuple[FlashTraffic, np.ndarray]:
     """(traffic, read seconds [steps, layers]) of the decode steps from trace token
     `offset` on; reads of predicted false positives are charged by scaling with the
     predicted / true ratio (sparse). `prompt_rows` > 0: the dense prompt pass of the rows
-    before `offset` is replayed first (traffic.prefill_bytes)."""
+    before `offset` is replayed first (traffic.prefill_bytes). `window`: LLM in a Flash's
+    sliding window instead of the plan's cache, filled by the prompt's last tokens."""
     trace = profile.trace_tokens
     groups = token_groups(trace, batch, n_steps, offset)
     masks = computed_masks(spec, profile, mode, groups)
@@ -92,8 +93,13 @@ def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
     if prompt_rows > 0:
         pre = token_groups(trace, prompt_rows, 1, start)
         prefill = [m[0] for m in computed_masks(spec, profile, ComputeMode.dense, pre)]
+    prompt_tokens = None
+    if window is not None and prompt_rows > 0:  # per token, as decode computes them
+        tail = min(prompt_rows, window)
+        prompt_tokens = [m[:, 0] for m in computed_masks(
+            spec, profile, mode, token_groups(trace, 1, tail, offset - tail))]
     freq = [layer.frequency for layer in profile.layers]
-    traffic = replay(plan, masks, warm, freq, prefill)
+    traffic = replay(plan, masks, warm, freq, prefill, window, prompt_tokens)
     seconds = flash_seconds(plan, traffic, rates)
     if mode is ComputeMode.sparse:
         seconds = seconds * np.maximum(ratio, 1.0)[None, :]
@@ -162,6 +168,7 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     notes = [f"simulated {cfg.mode.value} compute of {spec.name} ({placement.weight_dtype}) "
              f"planned by {placement.solver} on {hw.name}; FFN "
              f"{'partly in flash (' + plan.policy.value + ')' if plan else 'all in DRAM'}; "
+             f"{'' if cfg.window_tokens is None else f'sliding window of the last {cfg.window_tokens} tokens; '}"
              f"prefill on the {cfg.prefill_unit.value}; pipeline {cfg.pipeline}; "
              f"predictors from {pred_source}"]
 
@@ -171,7 +178,7 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     traffic, io = None, None
     if plan is not None:  # the prompt pass and the decode steps through the cache policy
         traffic, io = decode_flash(plan, spec, profile, cfg.mode, batch, n_steps, offset,
-                                   rates, ratio, prompt_rows=rows)
+                                   rates, ratio, prompt_rows=rows, window=cfg.window_tokens)
     pre_work, n1 = _work(spec, profile, placement, ComputeMode.dense, rows, 1,
                          cfg.trace_offset, ratio)
     pre = prefill_costs(cfg, model, hw, pre_work.cpu_computed[0] + pre_work.gpu_computed[0],

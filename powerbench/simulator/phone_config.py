@@ -30,6 +30,10 @@ class PhoneSimConfig(SimulatorConfig):
     # sustained share of the NPU's peak int8 TOPS in dense prefill (conf/simulator/phone.yaml
     # gives its source)
     npu_efficiency: float = 0.25
+    # LLM in a Flash's sliding window (powerbench.simulator.window_cache): DRAM holds the
+    # neurons active in the last `window_tokens` tokens instead of the plan's cache
+    # (None: the plan's cache policy)
+    window_tokens: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -37,6 +41,9 @@ class PhoneSimConfig(SimulatorConfig):
         if not 0.0 < self.npu_efficiency <= 1.0:
             raise ValueError(f"simulator.npu_efficiency must be in (0, 1], got "
                              f"{self.npu_efficiency}")
+        if self.window_tokens is not None and self.window_tokens < 1:
+            raise ValueError(f"simulator.window_tokens must be >= 1 (or null: the plan's "
+                             f"cache), got {self.window_tokens}")
 
 
 SCHEMAS = {"phone": PhoneSimConfig}
