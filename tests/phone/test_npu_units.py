@@ -69,3 +69,25 @@ def test_llmflash_system_uses_its_own_mechanisms():
     assert cfg.simulator.window_tokens == 4 and not cfg.simulator.pipeline
     assert cfg.predictor.ranks(32) == [256] * 28 + [1152] * 4
     assert cfg.solver.strategy.value == "llmflash" and cfg.solver.io_cores == 4
+
+
+def test_decode_table_names_npu_decode_runs_qnn(tmp_path):
+    from powerbench.figures.phone import decode_table, phone_runs
+    from powerbench.tracking import Tracker
+    from powerbench.tracking.config import TrackingConfig
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(TrackingConfig(uri=uri, experiment="pi2_decode"))
+    for name, strategy, unit, tps in (("pi2", "powerinfer2", "cpu", 20.0),
+                                      ("llamacpp", "mmap", "cpu", 10.0),
+                                      ("qnn", "mmap", "npu", 8.0)):
+        with tracker.run(name):
+            tracker.log_params({"simulator": {"name": "phone", "decode_unit": unit,
+                                              "prefill_unit": unit},
+                                "solver": {"strategy": strategy},
+                                "hardware": {"name": "oneplus12"},
+                                "model": {"name": "bamboo_7b"}})
+            tracker.log_metrics({"sim_decode_tokens_per_s": tps, "sim_feasible": 1.0})
+    row = decode_table(phone_runs("pi2_decode", uri)).iloc[0]
+    assert (row["QNN"], row["llama.cpp"], row["PowerInfer-2"]) == (8.0, 10.0, 20.0)
+    assert row["speedup_vs_QNN"] == pytest.approx(2.5)
