@@ -13,7 +13,8 @@ from powerbench.figures.runs import FigureOutput, column, find_simulated_runs, l
 from powerbench.figures.simulated import pyplot, save_figure
 
 SYSTEMS = {"powerinfer2": "PowerInfer-2", "llmflash": "LLM-in-a-Flash", "mmap": "llama.cpp"}
-PI2, BASELINES = "PowerInfer-2", ("LLM-in-a-Flash", "llama.cpp")
+NPU_DECODE = "QNN"  # any strategy with simulator.decode_unit=npu (experiment/system=qnn)
+PI2, BASELINES = "PowerInfer-2", ("LLM-in-a-Flash", "llama.cpp", NPU_DECODE)
 KEYS = ["hardware", "model", "system", "dram_budget_gb", "ffn_offload", "prefill_unit"]
 NOTE = "SIMULATED (simulator=phone on a phone profile, not measured)"
 
@@ -26,7 +27,8 @@ def phone_runs(experiment: str, tracking_uri: str | None) -> pd.DataFrame:
     frame = pd.DataFrame({
         "hardware": column(runs, "params.hardware.name"),
         "model": column(runs, "params.model.name"),
-        "system": column(runs, "params.solver.strategy").map(SYSTEMS),
+        "system": column(runs, "params.solver.strategy").map(SYSTEMS).where(
+            column(runs, "params.simulator.decode_unit", "cpu") != "npu", NPU_DECODE),
         "dram_budget_gb": budget.fillna(-1.0),
         # solver.ffn_offload_fraction (share of the FFN bytes in flash); -1: not set
         "ffn_offload": pd.to_numeric(column(runs, "params.solver.ffn_offload_fraction",

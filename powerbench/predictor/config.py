@@ -72,6 +72,34 @@ class FixedConfig:
     def __post_init__(self) -> None:
         coerce_enums(self)
         check_range("predictor.target_recall", self.target_recall, 0.0, 1.0, low_open=True)
+        if self.rank < 1:
+            raise ValueError(f"predictor.rank must be >= 1, got {self.rank}")
+
+    def ranks(self, n_layers: int) -> list[int]:
+        """The hidden width of each of `n_layers` layers."""
+        return [self.rank] * n_layers
+
+
+@dataclass
+class TailRanksConfig(FixedConfig):
+    """`rank` for every layer but the last `tail_layers`, which get `tail_rank`: the
+    low-rank predictors of LLM in a Flash (Alizadeh et al., arXiv 2312.11514, §4.2:
+    Falcon 7B, rank 256 for the first 28 layers and 1152 for the last four)."""
+
+    _target_: str = "powerbench.predictor.strategies.FixedSizing"
+    name: str = "tail_ranks"
+    tail_layers: int = 4
+    tail_rank: int = 1152
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tail_layers < 0 or self.tail_rank < 1:
+            raise ValueError(f"predictor.tail_layers must be >= 0 and predictor.tail_rank "
+                             f">= 1, got {self.tail_layers}, {self.tail_rank}")
+
+    def ranks(self, n_layers: int) -> list[int]:
+        tail = min(self.tail_layers, n_layers)
+        return [self.rank] * (n_layers - tail) + [self.tail_rank] * tail
 
 
 @dataclass
@@ -154,6 +182,7 @@ class NoneConfig:
 
 SCHEMAS = {
     "fixed": FixedConfig,
+    "tail_ranks": TailRanksConfig,
     "adaptive": AdaptiveConfig,
     "oracle": OracleConfig,
     "none": NoneConfig,

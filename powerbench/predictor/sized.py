@@ -9,7 +9,7 @@ them, bytes read every token) and their precision (false positives are computed 
   layers shrink until the predictors fit `max_param_share` of the model's parameters. The
   trained strategy also grows layers that miss their recall target and shrinks cheaper
   ones; without weights those steps cannot run, so the widths are the rule's first guess.
-  `fixed`: `rank` everywhere.
+  `fixed`: `rank` everywhere (`tail_ranks`: another rank for the last layers).
 - Quality: what OUR trained predictors achieve, as a table over the true active fraction
   (`PredictorQuality`, measured with `powerbench` on models that run here and shipped in the
   simulator config); linear in log(active fraction), clamped at the measured ends.
@@ -127,7 +127,7 @@ def size_predictors(cfg: Any, spec: ModelSpec, profile: ActivationProfile,
     if isinstance(cfg, AdaptiveConfig):
         ranks = adaptive_ranks(cfg, spec, profile)
     elif isinstance(cfg, FixedConfig):
-        ranks = [cfg.rank] * spec.n_layers
+        ranks = cfg.ranks(spec.n_layers)
     else:
         return None
     nbytes = bytes_per_param(cfg.weight_dtype)

@@ -44,7 +44,8 @@ PplFn = Callable[[ActivePredictor | None], float]
 
 
 class FixedSizing:
-    """One rank for every layer; thresholds tuned per layer for the target recall."""
+    """The config's rank per layer (`fixed`: one for all; `tail_ranks`: another for the
+    last layers); thresholds tuned per layer for the target recall."""
 
     cacheable = True
     uses_ppl = False
@@ -57,8 +58,9 @@ class FixedSizing:
         start = time.perf_counter()
         cfg = self.cfg
         fitter = LayerFitter(loaded.spec, profile, cfg.train, cfg.weight_dtype)
-        fits = [fitter.fit(layer, cfg.rank, cfg.target_recall, cfg.recall_margin, cfg.recall_z,
-                           cfg.max_threshold)
+        ranks = cfg.ranks(profile.n_layers)
+        fits = [fitter.fit(layer, ranks[layer], cfg.target_recall, cfg.recall_margin,
+                           cfg.recall_z, cfg.max_threshold)
                 for layer in Progress.iter(range(profile.n_layers), "predictor layers trained")]
         info = {"target_recall": cfg.target_recall, "train_s_total": fitter.train_s_total,
                 "build_s": time.perf_counter() - start}

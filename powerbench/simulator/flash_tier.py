@@ -25,9 +25,15 @@ class; each window also costs the faulting thread `fault_s` of kernel time (the 
 fault + the fault-around minor faults that map the rest of the window), in parallel
 across the threads. Bytes / s paged in: `mmap_bandwidth`.
 
+    window      LLM in a Flash (simulator.window_tokens set): the plan's DRAM for neurons
+                is not a cache but the sliding window of the neurons active in the last
+                `window_tokens` tokens (powerbench.simulator.window_cache); a token reads
+                its computed neurons outside the window.
+
 `replay` gives per decode step and layer the reads and bytes (FlashTraffic), and for an
 optional prompt pass before them the bytes its computed neurons miss (a segmented cache
-only looks them up: the prompt streams them past the cache; the page cache admits them);
+only looks them up: the prompt streams them past the cache; the page cache admits them;
+the sliding window then holds what the prompt's last tokens used, `prompt_tokens`);
 `flash_seconds` turns them into read time with powerbench.hardware.flash_rates.FlashRates.
 """
 
@@ -39,6 +45,7 @@ import numpy as np
 
 from powerbench.hardware.flash_rates import FlashRates
 from powerbench.simulator.page_cache import PageCacheLRU
+from powerbench.simulator.window_cache import SlidingWindowCache
 from powerbench.solver.flash_plan import FlashPlan, FlashPolicy
 from powerbench.solver.neuron_cache import SegmentedNeuronCache
 
@@ -93,14 +100,47 @@ def _replay_mmap(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.n
             out.bytes[s, i] = misses * plan.cluster_bytes
 
 
+def _replay_window(plan: FlashPlan, layer_masks: list[np.ndarray], window: int,
+                   warm: list[np.ndarray] | None, prefill: list[np.ndarray] | None,
+                   prompt_tokens: list[np.ndarray] | None, out: FlashTraffic) -> None:
+    k = plan.cluster_neurons
+    n_units = -(-layer_masks[0].shape[1] // k)
+    capacity = [len(h) + lru for h, lru in zip(plan.segments.hot, plan.segments.lru,
+                                               strict=True)]
+    cache = SlidingWindowCache(len(layer_masks), n_units, window, capacity)
+
+    def fill(tokens: list[np.ndarray] | None) -> None:  # uncounted tokens
+        for i, per_token in enumerate(tokens if tokens is not None else ()):
+            for token in per_token:
+                cache.access(i, _cluster_ids(token, k))
+
+    fill(warm)
+    if prefill is not None:  # the prompt pass reads what the window lacks
+        out.prefill_bytes = np.array([float((~cache.resident(i, _cluster_ids(m, k))).sum())
+                                      for i, m in enumerate(prefill)]) * plan.cluster_bytes
+    fill(prompt_tokens)
+    for s in range(layer_masks[0].shape[0]):
+        for i, masks in enumerate(layer_masks):
+            units = _cluster_ids(masks[s], k)
+            misses = cache.access(i, units)
+            out.lookups[s, i] = units.size
+            out.lru_hits[s, i] = units.size - misses
+            out.reads[s, i] = misses * plan.reads_per_neuron
+            out.bytes[s, i] = misses * plan.cluster_bytes
+
+
 def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray] | None = None,
            frequencies: list[np.ndarray] | None = None,
-           prefill: list[np.ndarray] | None = None) -> FlashTraffic:
+           prefill: list[np.ndarray] | None = None, window: int | None = None,
+           prompt_tokens: list[np.ndarray] | None = None) -> FlashTraffic:
     """Replay per-step computed-neuron masks (per layer: bool [steps, neurons]) through the
     plan. `warm`: per layer bool [tokens, neurons] replayed first, uncounted. `frequencies`
     (per layer, per neuron): the LRU starts filled with the hottest non-pinned clusters
     (steady state), as the measured engine's warm start does. `prefill`: per layer bool
-    [neurons] computed by the prompt pass, after the warm tokens (module docstring)."""
+    [neurons] computed by the prompt pass, after the warm tokens (module docstring).
+    `window` (segmented plans only): the sliding window of LLM in a Flash instead of the
+    plan's cache; `prompt_tokens` (per layer bool [tokens, neurons]): the prompt's own
+    tokens, replayed uncounted after the prompt pass to fill the window."""
     n_layers = len(layer_masks)
     steps = layer_masks[0].shape[0] if n_layers else 0
     shape = (steps, n_layers)
@@ -108,6 +148,10 @@ def replay(plan: FlashPlan, layer_masks: list[np.ndarray], warm: list[np.ndarray
     if plan.policy is FlashPolicy.mmap:
         if n_layers:
             _replay_mmap(plan, layer_masks, warm, prefill, out)
+        return out
+    if window is not None:
+        if n_layers:
+            _replay_window(plan, layer_masks, window, warm, prefill, prompt_tokens, out)
         return out
     n_units = -(-layer_masks[0].shape[1] // plan.cluster_neurons) if n_layers else 0
     cache = SegmentedNeuronCache(plan.segments, n_units)

@@ -13,11 +13,15 @@
                  t_layer = max(FLOPs / rate, DRAM bytes / unit bandwidth,
                                flash bytes / sequential 512 KB flash bandwidth,
                                (DRAM + flash bytes) / CPU+NPU DRAM bandwidth  [npu only])
-             npu: rate = peak int8 TOPS x npu_efficiency, NPU-only DRAM bandwidth, one graph
-             launch per layer; cpu: every core's sustained FLOP/s, CPU-only bandwidth. The
+             npu: rate = the profile's sustained NPU rate (units.npu.effective_tflops),
+             NPU-only DRAM bandwidth, one graph launch per layer; cpu: every core's
+             sustained FLOP/s, CPU-only bandwidth. The
              flash bytes: the prompt's computed neurons that miss the plan's cache state
              after the warm tokens (flash_tier.replay's prompt pass); mmap (llama.cpp):
              brought in by page faults (flash_tier.mmap_bandwidth), not at 512 KB.
+decode on the NPU (simulator.decode_unit=npu, QNN): the same per-token cost model, dense,
+             on the NPU (its sustained rate, NPU-only bandwidth x npu_decode_efficiency);
+             every weight must be resident: a plan with flash is recorded as infeasible.
 MoE: predictors are per expert; a token runs (and reads) those of its routed experts only.
 A placement without a flash plan (everything in DRAM) is simulated the same way, with no
 reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/phone.md).
@@ -45,8 +49,8 @@ from powerbench.simulator.flash_tier import (
     mmap_bandwidth,
     replay,
 )
-from powerbench.simulator.phone_config import PhoneSimConfig, PrefillUnit
-from powerbench.simulator.rates import CPU, _unit_flops
+from powerbench.simulator.phone_config import PhoneSimConfig, PhoneUnit
+from powerbench.simulator.rates import CPU, DeviceRates, _unit_flops
 from powerbench.simulator.result import SimResult, breakdown_frame
 from powerbench.simulator.simulate import _work, bench_lengths, predictor_inputs
 from powerbench.simulator.workload import _moe_routed, token_groups
@@ -73,12 +77,13 @@ def computed_masks(spec: ModelSpec, profile: ActivationProfile, mode: ComputeMod
 
 def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
                  mode: ComputeMode, batch: int, n_steps: int, offset: int,
-                 rates: FlashRates, ratio: np.ndarray, prompt_rows: int = 0
-                 ) -> tuple[FlashTraffic, np.ndarray]:
+                 rates: FlashRates, ratio: np.ndarray, prompt_rows: int = 0,
+                 window: int | None = None) -> tuple[FlashTraffic, np.ndarray]:
     """(traffic, read seconds [steps, layers]) of the decode steps from trace token
     `offset` on; reads of predicted false positives are charged by scaling with the
     predicted / true ratio (sparse). `prompt_rows` > 0: the dense prompt pass of the rows
-    before `offset` is replayed first (traffic.prefill_bytes)."""
+    before `offset` is replayed first (traffic.prefill_bytes). `window`: LLM in a Flash's
+    sliding window instead of the plan's cache, filled by the prompt's last tokens."""
     trace = profile.trace_tokens
     groups = token_groups(trace, batch, n_steps, offset)
     masks = computed_masks(spec, profile, mode, groups)
@@ -92,13 +97,46 @@ def decode_flash(plan: FlashPlan, spec: ModelSpec, profile: ActivationProfile,
     if prompt_rows > 0:
         pre = token_groups(trace, prompt_rows, 1, start)
         prefill = [m[0] for m in computed_masks(spec, profile, ComputeMode.dense, pre)]
+    prompt_tokens = None
+    if window is not None and prompt_rows > 0:  # per token, as decode computes them
+        tail = min(prompt_rows, window)
+        prompt_tokens = [m[:, 0] for m in computed_masks(
+            spec, profile, mode, token_groups(trace, 1, tail, offset - tail))]
     freq = [layer.frequency for layer in profile.layers]
-    traffic = replay(plan, masks, warm, freq, prefill)
+    traffic = replay(plan, masks, warm, freq, prefill, window, prompt_tokens)
     seconds = flash_seconds(plan, traffic, rates)
     if mode is ComputeMode.sparse:
         seconds = seconds * np.maximum(ratio, 1.0)[None, :]
         traffic.bytes = traffic.bytes * np.maximum(ratio, 1.0)[None, :]
     return traffic, seconds
+
+
+def npu_rate(hw: HardwareProfile, setting: str) -> float:
+    """The NPU's sustained dense rate (ops/s): units.npu.effective_tflops."""
+    if hw.gpu is None:
+        raise ValueError(f"simulator.{setting}=npu but {hw.name!r} has no accelerator")
+    if not hw.gpu.effective_flops:
+        raise ValueError(f"simulator.{setting}=npu needs {hw.name!r}'s sustained NPU rate: "
+                         "units.npu.effective_tflops")
+    return float(hw.gpu.effective_flops)
+
+
+def npu_decode_rates(cfg: PhoneSimConfig, hw: HardwareProfile) -> DeviceRates:
+    """QNN decode: the token's operators on the NPU at its sustained rate and the NPU-only
+    bandwidth x npu_decode_efficiency; the measured token time the efficiency comes from
+    includes the graph's own overheads, so no per-operator cost is added."""
+    return DeviceRates(CPU, hw.bandwidth(hw.gpu) * cfg.npu_decode_efficiency,
+                       npu_rate(hw, "decode_unit"), 0.0, False)
+
+
+def resident_only(cfg: PhoneSimConfig, plan: FlashPlan) -> SimResult:
+    """QNN runs the whole model from DRAM: a plan that leaves FFN bytes in flash does not
+    run (recorded as infeasible, as a placement that does not fit)."""
+    return SimResult(metrics={"sim_feasible": 0.0}, breakdown=pd.DataFrame(),
+                     steps=pd.DataFrame(), notes=[
+                         f"simulator.decode_unit={cfg.decode_unit.value}: every weight must "
+                         f"be in DRAM, the plan reads the FFN from flash ({plan.policy.value}):"
+                         " infeasible, nothing simulated"])
 
 
 def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
@@ -107,12 +145,9 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
     """Dense prompt pass on the NPU or the CPU (module docstring). computed: [layers];
     flash_bytes [layers]: what the pass reads from flash (None: nothing)."""
     spec = model.spec
-    npu = cfg.prefill_unit is PrefillUnit.npu
-    if npu and hw.gpu is None:
-        raise ValueError(f"simulator.prefill_unit=npu but {hw.name!r} has no accelerator")
+    npu = cfg.prefill_unit is PhoneUnit.npu
     if npu:
-        rate = float(hw.gpu.peak_int8_ops or _unit_flops(hw.gpu)) * cfg.npu_efficiency
-        bw = hw.bandwidth(hw.gpu)
+        rate, bw = npu_rate(hw, "prefill_unit"), hw.bandwidth(hw.gpu)
     else:
         rate, bw = _unit_flops(hw.cpu), hw.bandwidth(hw.cpu)
     both = hw.memory_of(hw.cpu).extra.get("both_gb_s")
@@ -153,16 +188,22 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     model = CostModel(spec, placement, hw, cfg, pred_bytes if sparse else None)
     if sparse and spec.n_experts > 1:  # MoE: per-expert predictors, only the routed run
         model.predictor_bytes = model.predictor_bytes * spec.experts_per_token / spec.n_experts
+    plan: FlashPlan | None = getattr(placement, "flash", None)
     cores = getattr(placement, "cores", None)
+    if cfg.decode_unit is PhoneUnit.npu:  # QNN: the whole token on the NPU, all resident
+        if plan is not None:
+            return resident_only(cfg, plan)
+        model.dev[CPU], cores = npu_decode_rates(cfg, hw), None
     if cores is not None:  # decode on the plan's CPU clusters (the I/O core computes too
         # outside the FFN's reads; below)
         model.dev[CPU] = replace(model.dev[CPU], flops=cores.compute_flops + cores.io_flops)
-    plan: FlashPlan | None = getattr(placement, "flash", None)
     rates = FlashRates.from_hardware(hw) if plan is not None else None
     notes = [f"simulated {cfg.mode.value} compute of {spec.name} ({placement.weight_dtype}) "
              f"planned by {placement.solver} on {hw.name}; FFN "
              f"{'partly in flash (' + plan.policy.value + ')' if plan else 'all in DRAM'}; "
-             f"prefill on the {cfg.prefill_unit.value}; pipeline {cfg.pipeline}; "
+             f"{'' if cfg.window_tokens is None else f'sliding window of the last {cfg.window_tokens} tokens; '}"
+             f"prefill on the {cfg.prefill_unit.value}, decode on the "
+             f"{cfg.decode_unit.value}; pipeline {cfg.pipeline}; "
              f"predictors from {pred_source}"]
 
     rows = prompt * batch
@@ -171,7 +212,7 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     traffic, io = None, None
     if plan is not None:  # the prompt pass and the decode steps through the cache policy
         traffic, io = decode_flash(plan, spec, profile, cfg.mode, batch, n_steps, offset,
-                                   rates, ratio, prompt_rows=rows)
+                                   rates, ratio, prompt_rows=rows, window=cfg.window_tokens)
     pre_work, n1 = _work(spec, profile, placement, ComputeMode.dense, rows, 1,
                          cfg.trace_offset, ratio)
     pre = prefill_costs(cfg, model, hw, pre_work.cpu_computed[0] + pre_work.gpu_computed[0],
@@ -180,7 +221,7 @@ def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: Activat
     prefill_s = float(pre.total.sum())
     metrics: dict[str, float] = {
         "sim_prefill_tokens_per_s": rows / prefill_s, "sim_prefill_ms": prefill_s * 1e3,
-        "sim_prefill_npu": float(cfg.prefill_unit is PrefillUnit.npu),
+        "sim_prefill_npu": float(cfg.prefill_unit is PhoneUnit.npu),
         "sim_flash_resident_ffn_share": float(getattr(placement, "resident_ffn_share", 1.0)),
     }
     frames = [breakdown_frame("prefill", pre)]

@@ -168,3 +168,28 @@ def test_mmap_page_faults_are_synchronous_random_reads_sharing_the_queue():
                          page_cache_units=0, **base), [np.ones((1, 4), dtype=bool)])
     assert flash_seconds(six, t, RATES)[0, 0] == pytest.approx(4 * window)
     assert first_read_seconds(six, RATES) == pytest.approx(128 * KB / rand + 6e-6)
+
+
+def test_sliding_window_keeps_the_last_k_tokens_neurons_only():
+    # window 2, room for 8: token 3 re-uses 0 (used by token 1, inside the window) and 1
+    # (last used by token 0, two tokens back: dropped); 7 is read again after 2 idle tokens
+    t = replay(plan(hot=[], lru=8), steps([0, 1], [0, 2], [3], [0, 1], [7], [5], [6], [7]),
+               window=2)
+    assert t.reads[:, 0].tolist() == [2, 1, 1, 1, 1, 1, 1, 1]
+    assert t.lru_hits[:, 0].tolist() == [0, 1, 0, 1, 0, 0, 0, 0]
+
+
+def test_sliding_window_over_capacity_drops_the_oldest_first():
+    # window 3 but room for 2 neurons: after tokens [1], [2], [3] only 2 and 3 stay
+    t = replay(plan(hot=[], lru=2), steps([1], [2], [3], [1, 2, 3]), window=3)
+    assert t.reads[:, 0].tolist() == [1, 1, 1, 1]
+    assert t.lru_hits[:, 0].tolist() == [0, 0, 0, 2]
+
+
+def test_sliding_window_prompt_pass_and_prompt_tokens_fill_the_window():
+    prefill = [np.ones(8, dtype=bool)]
+    prompt = steps([4], [5], n=8)  # the prompt's last two tokens, per token
+    t = replay(plan(hot=[], lru=8), steps([4, 5, 6]), warm=steps([6]), prefill=prefill,
+               window=2, prompt_tokens=prompt)
+    assert t.prefill_bytes.tolist() == [7 * 6 * KB]  # all but 6 (the warm token's)
+    assert t.reads[:, 0].tolist() == [1]  # 4, 5 in the window; 6 left it

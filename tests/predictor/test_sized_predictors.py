@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from powerbench.model.spec import ModelSpec, SparsityStats
-from powerbench.predictor.config import AdaptiveConfig, FixedConfig, NoneConfig
+from powerbench.predictor.config import (
+    AdaptiveConfig,
+    FixedConfig,
+    NoneConfig,
+    TailRanksConfig,
+)
 from powerbench.predictor.sized import PredictorQuality, predictor_params, size_predictors
 from powerbench.predictor.sizing import initial_rank
 from powerbench.profiling.synthetic import synthetic_profile
@@ -63,3 +68,19 @@ def test_fixed_is_one_width_and_dense_strategies_have_nothing_to_size(model):
     sized = size_predictors(FixedConfig(rank=32), spec, profile, QUALITY)
     assert {s.rank for s in sized.stats} == {32}
     assert size_predictors(NoneConfig(), spec, profile, QUALITY) is None
+
+
+def test_tail_ranks_reproduce_llm_in_a_flash_falcon_7b_predictor_share():
+    # Falcon 7B (32 layers, d 4544, FFN 18176): rank 256 x 28 layers + 1152 x 4 =
+    # 268.1 M parameters, the ~4% of the model LLM in a Flash reports for its predictors
+    spec = ModelSpec(name="falcon7b", n_layers=32, d_model=4544, d_ffn=18176, n_heads=71,
+                     n_kv_heads=1, vocab_size=65024, ffn_kind="relu",
+                     stats=SparsityStats(token_sparsity=0.9, source="test"))
+    profile = synthetic_profile(spec, trace_tokens=0, seed=0)
+    sized = size_predictors(TailRanksConfig(rank=256, tail_layers=4, tail_rank=1152), spec,
+                            profile, QUALITY)
+    assert [s.rank for s in sized.stats] == [256] * 28 + [1152] * 4
+    assert sized.param_count == 28 * 5_834_752 + 4 * 26_192_768
+    assert sized.param_count / 6.92e9 == pytest.approx(0.039, abs=0.001)
+    with pytest.raises(ValueError, match="tail_rank"):
+        TailRanksConfig(tail_rank=0)

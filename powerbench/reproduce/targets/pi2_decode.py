@@ -1,5 +1,5 @@
-"""PowerInfer-2 decode tokens/s per model on the OnePlus 12 and Ace 2 profiles vs llama.cpp
-and LLM-in-a-Flash (SIMULATED). Sweep: conf/experiment/pi2_decode.yaml."""
+"""PowerInfer-2 decode tokens/s per model on the OnePlus 12 and Ace 2 profiles vs llama.cpp,
+LLM-in-a-Flash and QNN (SIMULATED). Sweep: conf/experiment/pi2_decode.yaml."""
 
 from __future__ import annotations
 
