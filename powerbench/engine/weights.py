@@ -19,6 +19,7 @@ GQA, gate/up/down with `hidden_act` relu -> ReGLU, silu -> SwiGLU).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +31,8 @@ from powerbench.model.spec import FFNKind
 from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 
 NormKind = Literal["layer", "rms"]
+
+log = logging.getLogger(__name__)
 
 # RoPE variants whose frequencies change with the sequence length: our fixed table
 # would not match them.
@@ -203,7 +206,10 @@ def use_huge_pages(weights: DecoderWeights) -> HugePages:
             tensors += [ffn.gate_up()[0], ffn.w_down, ffn.w_down_t]
         elif isinstance(ffn, ReluFFNWeights):
             tensors += [ffn.w1, ffn.w2, ffn.w2_t]
-    return use_huge_pages_all(tensors)
+    done = use_huge_pages_all(tensors)
+    log.info("weights on 2 MiB pages: %d of %d MiB%s", done.huge_bytes >> 20, done.nbytes >> 20,
+             f" ({done.reason})" if done.reason else "")
+    return done
 
 
 class _Converter:
