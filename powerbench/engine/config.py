@@ -79,6 +79,7 @@ class DecoderEngineConfig(EngineConfig):
     # sparse_cpu: the kernel for fp32 weights too; powerbench.engine.linear)
     dense_kernel: str = "auto"
     dense_kernel_max_rows: int = 8
+    huge_pages: bool = True  # weights on 2 MiB pages (powerbench.engine.weights.use_huge_pages)
     ffn: FFNConfig = field(default_factory=DenseFFNConfig)
 
 

@@ -58,6 +58,7 @@ class DecoderEngine:
             model,
             dtype=torch_dtype(self.dtype, model_dtype(model)),
             device=torch.device(self.device) if self.device else model_device(model),
+            huge_pages=self.cfg.huge_pages,
         )
         linear = make_linear(self.cfg.dense_kernel, weights.device,
                              self.cfg.dense_kernel_max_rows)

@@ -48,6 +48,7 @@ from powerbench.engine.weights import (
     NormWeights,
     ReluFFNWeights,
     RopeWeights,
+    use_huge_pages,
 )
 from powerbench.model.spec import FFNKind, ModelSpec
 from powerbench.profiling.active_traces import TraceActiveSets
@@ -138,7 +139,8 @@ def synthetic_ffn(spec: ModelSpec, layer: int, dtype: torch.dtype = torch.float1
 
 def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float16,
                               seed: int = 0, ffn: FFNMode = "inline",
-                              device: torch.device | str = "cpu") -> DecoderWeights:
+                              device: torch.device | str = "cpu",
+                              huge_pages: bool = True) -> DecoderWeights:
     """A `DecoderWeights` of `spec`'s shape with seeded random weights (see the module
     docstring); `spec.n_layers` layers, `spec.vocab_size` rows in the LM head.
 
@@ -147,7 +149,8 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
     "none" leaves the FFNs out (`FFNInFile`: a decoder whose FFN is read from flash holds
     attention, norms, embeddings and the LM head only). "per_layer" and "none" draw the
     same non-FFN weights. `device`: where the weights live (each matrix is drawn on the
-    CPU, the same values on every device, and moved there at once)."""
+    CPU, the same values on every device, and moved there at once). `huge_pages`: the
+    matrices on 2 MiB pages (`powerbench.engine.weights.use_huge_pages`)."""
     if ffn not in ("inline", "per_layer", "none"):
         raise ValueError(f"ffn={ffn!r}: choose inline, per_layer or none")
     device = torch.device(device)
@@ -189,11 +192,16 @@ def synthetic_decoder_weights(spec: ModelSpec, dtype: torch.dtype = torch.float1
         final_norm=_norm(norm_kind, d, dtype, device),
         lm_head=lm_head, max_positions=spec.max_positions)
     if opt:
-        return DecoderWeights(model_type="opt", pos_offset=OPT_POS_OFFSET,
-                              pos_embed=rnd.matrix(spec.max_positions + OPT_POS_OFFSET, d),
-                              **common)
-    inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-    return DecoderWeights(model_type="llama", rope=RopeWeights(inv_freq=inv_freq), **common)
+        weights = DecoderWeights(model_type="opt", pos_offset=OPT_POS_OFFSET,
+                                 pos_embed=rnd.matrix(spec.max_positions + OPT_POS_OFFSET, d),
+                                 **common)
+    else:
+        inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+        weights = DecoderWeights(model_type="llama", rope=RopeWeights(inv_freq=inv_freq),
+                                 **common)
+    if huge_pages:
+        use_huge_pages(weights)
+    return weights
 
 
 def _moved(ffn: Any, device: torch.device) -> Any:

@@ -19,6 +19,7 @@ GQA, gate/up/down with `hidden_act` relu -> ReGLU, silu -> SwiGLU).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,8 +28,11 @@ import torch
 from torch import Tensor
 
 from powerbench.model.spec import FFNKind
+from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 
 NormKind = Literal["layer", "rms"]
+
+log = logging.getLogger(__name__)
 
 # RoPE variants whose frequencies change with the sequence length: our fixed table
 # would not match them.
@@ -187,6 +191,27 @@ class DecoderWeights:
         return self.layers[0].ffn.kind
 
 
+def use_huge_pages(weights: DecoderWeights) -> HugePages:
+    """Every matrix of `weights` advised onto 2 MiB pages and collapsed there now
+    (`powerbench.ops.huge_pages`: scattered neuron rows then share TLB entries). Q/K/V and
+    a gated FFN's gate/up are stacked first (`stack_rows`, as the first decode step would),
+    so the stacked matrices the decoder reads are the ones on huge pages. A no-op with the
+    reason recorded off Linux, off the CPU, with THP `never`, or for matrices under 2 MiB."""
+    tensors: list[Tensor | None] = [weights.embed, weights.lm_head, weights.pos_embed,
+                                    weights.project_in, weights.project_out]
+    for layer in weights.layers:
+        tensors += [layer.attn.qkv()[0], layer.attn.wo]
+        ffn = layer.ffn
+        if isinstance(ffn, GatedFFNWeights):
+            tensors += [ffn.gate_up()[0], ffn.w_down, ffn.w_down_t]
+        elif isinstance(ffn, ReluFFNWeights):
+            tensors += [ffn.w1, ffn.w2, ffn.w2_t]
+    done = use_huge_pages_all(tensors)
+    log.info("weights on 2 MiB pages: %d of %d MiB%s", done.huge_bytes >> 20, done.nbytes >> 20,
+             f" ({done.reason})" if done.reason else "")
+    return done
+
+
 class _Converter:
     """Detaches (and optionally casts/moves) tensors; None passes through."""
 
@@ -323,13 +348,18 @@ def extract_weights(
     hf_model: Any,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    huge_pages: bool = True,
 ) -> DecoderWeights:
     """Pull a decoder's weights out of an HF causal-LM (`OPTForCausalLM`, `LlamaForCausalLM`).
 
     `dtype`/`device` default to the model's own; tensors then share storage with it
-    (except the transposed down matrices, which are always copies).
+    (except the transposed down matrices, which are always copies). `huge_pages`: put the
+    matrices on 2 MiB pages (`use_huge_pages`; shared storage is advised in place).
     """
     model_type = hf_model.config.model_type
     if model_type not in EXTRACTORS:
         raise ValueError(f"unsupported model_type {model_type!r}; supported: {sorted(EXTRACTORS)}")
-    return EXTRACTORS[model_type](hf_model, _Converter(dtype, device))
+    weights = EXTRACTORS[model_type](hf_model, _Converter(dtype, device))
+    if huge_pages:
+        use_huge_pages(weights)
+    return weights

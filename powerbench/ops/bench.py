@@ -35,6 +35,7 @@ import torch
 from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
 from powerbench.ops.bench_report import ResultRow, format_row
 from powerbench.ops.bench_timing import Timer, TimingPolicy
+from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.registry import get_backend
 
@@ -60,6 +61,7 @@ class OperatorBenchConfig:
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     bandwidth_mb: int = 512
     seed: int = 0
+    huge_pages: bool = True  # every weight matrix, dense and sparse, on 2 MiB pages (ops.huge_pages)
 
     def __post_init__(self) -> None:
         bad = [s for s in self.sparsities if not 0.0 <= s < 1.0]
@@ -114,6 +116,11 @@ class LayerData:
             b1=torch.full((d_ffn,), 0.1, device=device),
             b2=torch.full((d_model,), 0.1, device=device),
         )
+
+    def use_huge_pages(self, advise: bool) -> HugePages:
+        """Every weight matrix, the dense baselines' included, onto huge pages (advise
+        False: only how much of them is)."""
+        return use_huge_pages_all([self.w_gate, self.w_up, self.w_down_t, self.w_down], advise)
 
 
 def active_ids(d_ffn: int, sparsity: float, gen: torch.Generator, device: str) -> torch.Tensor:
@@ -233,6 +240,7 @@ class _Case:
     d_model: int
     d_ffn: int
     es: int
+    huge_page_fraction: float
 
 
 def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: LayerData,
@@ -261,7 +269,7 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
     dense_gbps = full_bytes / medians[best] / 1e9
     base = dict(device=cfg.device, op=case.op, shape=case.shape, dtype=case.dtype,
                 batch=case.batch, dense_kernel=best, dense_gbps=dense_gbps,
-                bandwidth_gbps=bandwidth.gbps)
+                bandwidth_gbps=bandwidth.gbps, huge_page_fraction=case.huge_page_fraction)
     rows: list[ResultRow] = []
     for sparsity, n_active, dense_s, sparse_s in per_sparsity:
         nbytes = touched_bytes(case.op, n_active, case.d_model, case.batch, case.es, case.es)
@@ -300,13 +308,17 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                 for dtype_name in cfg.dtypes:
                     dtype = DTYPES[dtype_name]
                     layer = LayerData.make(d_model, d_ffn, dtype, cfg.device, gen)
+                    pages = layer.use_huge_pages(cfg.huge_pages)
+                    log(f"# {shape} {dtype_name} weights: {100 * pages.fraction:.1f}% of "
+                        f"{pages.nbytes >> 20} MiB on huge pages {pages.reason}".rstrip())
                     es = layer.w_gate.element_size()
                     for batch in cfg.batches:
                         x = torch.rand(batch, d_model, generator=gen).to(cfg.device, dtype)
                         coeffs = (torch.rand(batch, d_ffn, generator=gen) + 0.5).to(cfg.device,
                                                                                      dtype)
                         for op in cfg.ops:
-                            case = _Case(op, shape, dtype_name, batch, d_model, d_ffn, es)
+                            case = _Case(op, shape, dtype_name, batch, d_model, d_ffn, es,
+                                         pages.fraction)
                             rows += _measure_op(case, cfg, timer, layer, x, coeffs, contenders,
                                                 dense, bandwidth, gen, home, log)
                     del layer

@@ -33,6 +33,7 @@ class ResultRow:
     achieved_gbps: float  # touched bytes / time
     dense_gbps: float  # the dense kernel's GB/s on the full matrices (all its calls)
     bandwidth_gbps: float  # the read probe of this run
+    huge_page_fraction: float = 0.0  # share of the weight bytes on 2 MiB pages (dense and sparse)
 
     @property
     def ideal_speedup(self) -> float:
@@ -102,6 +103,15 @@ def target_notes(rows: Sequence[ResultRow]) -> list[str]:
         if parts:
             notes.append(f"target {label} {op} {shape} {dtype} b1: " + "; ".join(parts))
     return notes
+
+
+def huge_page_note(rows: Sequence[ResultRow], asked: bool) -> str:
+    """Whether the weights were on huge pages: asked for or not, and the share per dtype."""
+    shares = {r.dtype: r.huge_page_fraction for r in rows}
+    got = ", ".join(f"{d} {100 * f:.0f}%" for d, f in shares.items())
+    return (f"huge pages: {'asked for' if asked else 'not asked for'} (task.huge_pages="
+            f"{str(asked).lower()}); share of the weight bytes (dense and sparse alike) on "
+            f"2 MiB pages: {got or '-'}")
 
 
 def write_csv(rows: Sequence[ResultRow], path: Path) -> Path:

@@ -17,7 +17,7 @@ from powerbench.config import PowerbenchConfig
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.ops.bench import QUICK, OperatorBenchConfig
 from powerbench.ops.bench import run_benchmark as measure_operators
-from powerbench.ops.bench_report import plot_speedup, record, target_notes
+from powerbench.ops.bench_report import huge_page_note, plot_speedup, record, target_notes
 from powerbench.ops.bench_timing import timing_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
@@ -38,7 +38,7 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
               "isas": task.isas}
     cfg = replace(cfg, **{k: tuple(v) for k, v in chosen.items() if v})
     timing = {k: v for k, v in asdict(task.timing).items() if v is not None}
-    cfg = replace(cfg, timing=replace(cfg.timing, **timing))
+    cfg = replace(cfg, timing=replace(cfg.timing, **timing), huge_pages=task.huge_pages)
     return replace(cfg, bandwidth_mb=task.bandwidth_mb) if task.bandwidth_mb else cfg
 
 
@@ -68,6 +68,7 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
                "speedup = dense time / sparse time, interleaved in the same run; ideal = "
                "1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s",
+               huge_page_note(rows, bench.huge_pages),
                *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},
                 "isa": isa, "bandwidth_gbps": round(bandwidth.gbps, 2),

@@ -114,6 +114,7 @@ class BenchOperatorsTask:
     timing: TimingOptions = field(default_factory=TimingOptions)
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)
+    huge_pages: bool = True  # weights (dense and sparse alike) advised onto 2 MiB pages
     tag: str | None = None  # report name suffix (None: "_quick" with quick)
     plot: bool = True
     publish: bool = False  # also write the report into results/operators_<device>/

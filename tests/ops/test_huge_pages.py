@@ -1,0 +1,94 @@
+"""Weights on 2 MiB pages (powerbench.ops.huge_pages): the advice, its record, its no-ops."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from powerbench.ops import huge_pages as hp
+
+MiB = 1 << 20
+THP_USABLE = sys.platform.startswith("linux") and hp.thp_mode() in ("always", "madvise")
+
+
+def test_aligned_range_rounds_inward():
+    assert hp.aligned_range(0, 4 * MiB) == (0, 4 * MiB)
+    assert hp.aligned_range(1, 4 * MiB) == (2 * MiB, 4 * MiB)
+    assert hp.aligned_range(4096, 3 * MiB) == (2 * MiB, 2 * MiB)  # empty: nothing fits
+    assert hp.aligned_range(2 * MiB - 1, 2 * MiB + 2) == (2 * MiB, 4 * MiB)
+
+
+def test_smaps_parser_clips_to_the_range(tmp_path):
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        "00200000-00600000 rw-p 00000000 00:00 0\n"
+        "Size:               4096 kB\n"
+        "AnonHugePages:      4096 kB\n"
+        "00600000-00a00000 rw-p 00000000 00:00 0 [heap]\n"
+        "AnonHugePages:      2048 kB\n"
+        "7f0000000000-7f0000400000 r--p 00000000 08:01 42 /lib/x.so\n"
+        "AnonHugePages:      4096 kB\n")
+    assert hp.huge_bytes_in(0x200000, 0x600000, smaps) == 4 * MiB
+    # half of the first mapping, all of the second (whose 2 MiB count is below its overlap)
+    assert hp.huge_bytes_in(0x400000, 0xA00000, smaps) == 2 * MiB + 2 * MiB
+    assert hp.huge_bytes_in(0xA00000, 0xC00000, smaps) == 0
+    assert hp.huge_bytes_in(0, MiB, tmp_path / "missing") == 0
+
+
+def test_small_tensor_is_a_recorded_no_op():
+    t = torch.arange(1000, dtype=torch.float32)
+    done = hp.use_huge_pages(t)
+    assert done.huge_bytes == 0 and done.nbytes == 4000
+    assert done.reason and (not THP_USABLE or "smaller" in done.reason)
+    assert torch.equal(t, torch.arange(1000, dtype=torch.float32))
+
+
+def test_without_thp_it_says_why(monkeypatch):
+    monkeypatch.setattr(hp, "thp_mode", lambda: "never")
+    done = hp.use_huge_pages(torch.zeros(4 * MiB))
+    assert done.huge_bytes == 0 and "never" in done.reason
+
+
+@pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages "
+                    "in mode always or madvise")
+def test_collapse_keeps_contents_and_addresses():
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randn(1537, 2049, generator=gen).to(torch.float16)  # ~6 MiB, odd sizes
+    before, ptr = t.clone(), t.data_ptr()
+    start, end = hp.aligned_range(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+    done = hp.use_huge_pages(t)
+    assert done.reason == "", done.reason
+    assert done.huge_bytes == end - start >= 2 * MiB  # every whole huge page inside it
+    assert done.fraction == pytest.approx((end - start) / t.untyped_storage().nbytes())
+    assert t.data_ptr() == ptr and torch.equal(t, before)
+    assert hp.use_huge_pages(t, advise=False).huge_bytes == done.huge_bytes  # measured only
+    assert hp.use_huge_pages(t) == done  # idempotent
+
+
+@pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
+def test_views_of_one_storage_count_once():
+    base = torch.zeros(3 * MiB)  # 12 MiB
+    a, b = base[: MiB], base[MiB:]
+    done = hp.use_huge_pages_all([a, None, b, base])
+    assert done.nbytes == base.untyped_storage().nbytes()
+    assert done.huge_bytes >= 8 * MiB and done.reason == ""
+
+
+@pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
+def test_engine_weights_go_onto_huge_pages():
+    from powerbench.engine.synthetic import synthetic_decoder_weights
+    from powerbench.engine.weights import use_huge_pages
+    from powerbench.model.spec import FFNKind, ModelSpec
+
+    spec = ModelSpec(name="t", n_layers=1, d_model=512, d_ffn=2048, n_heads=8,
+                     n_kv_heads=8, vocab_size=64, max_positions=32, ffn_kind=FFNKind.reglu)
+    weights = synthetic_decoder_weights(spec, torch.float32, huge_pages=False)
+    ffn = weights.layers[0].ffn
+    w_down_t = ffn.w_down_t.clone()
+    done = use_huge_pages(weights)
+    assert ffn._gate_up is not None  # stacked first: the matrix the decoder reads
+    assert ffn.w_gate.untyped_storage().data_ptr() == ffn.gate_up()[0].data_ptr()
+    assert done.huge_bytes >= 3 * 2 * MiB  # gate/up (8 MiB), down and down^T (4 MiB each)
+    assert torch.equal(ffn.w_down_t, w_down_t)
