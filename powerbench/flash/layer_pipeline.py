@@ -1,14 +1,13 @@
 """One layer call of the flash engine: active set -> cache lookup -> reads || compute.
 
 Per call: the predicted neurons are grouped into clusters; the cache says which are
-resident. The missing clusters are submitted to the reader's I/O pool at once; with
-`overlap` the resident neurons are computed while the reads run (PowerInfer-2's
-I/O-compute pipeline), then the call waits for the reads, copies the new clusters into
-their arena slots and computes the remainder; without it, it waits first and computes
+resident; the missing clusters' reads are submitted at once (with the compiled planner
+and native AIO in the same foreign call as the planning); with `overlap` the resident
+neurons are computed while the reads run (PowerInfer-2's I/O-compute pipeline), then the
+call waits for the reads, copies the new clusters into their arena slots (unless they
+landed there) and computes the remainder; without it, it waits first and computes
 everything in one kernel call. The two partial sums add up to the same FFN (fp32
-accumulation, another summation order).
-
-The weights live in a `NeuronArena` (`powerbench.flash.arena`).
+accumulation, another summation order). The weights live in a `NeuronArena`.
 """
 
 from __future__ import annotations
@@ -77,8 +76,7 @@ class LayerPipeline:
                                                 np.tile(np.arange(n_p), cn), self.arena.flat_np)
             # byte offset in its part's arena of piece (k, p) of a cluster in slot 0
             self.piece_dest = np.repeat(np.arange(cn, dtype=np.int64) * g.row_bytes, n_p)
-        # the planner submits a layer's reads itself (AIO from the calling thread)
-        self._submit = 0
+        self._submit = 0  # the planner submits a layer's reads itself (AIO, this thread)
         if (self.planner is not None and isinstance(self.scatter, ScatterReads)
                 and not reader.submit_thread):
             self.planner.attach_reads(self.scatter, header.layer_offsets, g.cluster_bytes,
@@ -320,8 +318,7 @@ class LayerPipeline:
             rows = p.rows[:n]
             t.plan_s += time.perf_counter() - t0
             return self._all_resident(layer, x, rows, ahead, units)
-        miss, new = p.miss_units[:n_miss], p.miss_slots[:n_miss]
-        st = p.state
+        miss, new, st = p.miss_units[:n_miss], p.miss_slots[:n_miss], p.state
         if st[4]:  # submitted by the planner (st[4] < 0: io_submit failed)
             t1, t2 = st[6] * 1e-9, st[7] * 1e-9
             pending = self.reader.submitted_scatter(self.scatter, int(st[4]), int(st[5]), t1)
@@ -332,10 +329,8 @@ class LayerPipeline:
         t.submit_s += t2 - t1
         t0 += t2 - t1  # plan_s leaves the submission out
         resident = p.resident[:n]
-        if self.overlap:
-            rows_hit, rows_miss = p.rows[:n][resident], p.rows[:n][~resident]
-        else:
-            rows_hit = rows_miss = p.rows[:n].copy()
+        rows_hit, rows_miss = ((p.rows[:n][resident], p.rows[:n][~resident]) if self.overlap
+                               else (p.rows[:n].copy(),) * 2)
         miss, new = miss.copy(), new.copy()
         t.plan_s += time.perf_counter() - t0
         t.calls_with_reads += 1
