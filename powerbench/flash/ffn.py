@@ -170,6 +170,8 @@ class FlashFFN:
                 units, slots = self.cache.preload(layer, order[: len(plan.hot[layer])
                                                               + plan.lru[layer]])
                 self.pipeline.load(layer, units, slots)
+            if self.pipeline.planner is not None:
+                self.pipeline.planner.sync()  # the LRU order the preload stamped
         self.load_s = time.perf_counter() - t0  # start-up reads (hot + warm LRU)
         self.load_bytes = self.reader.stats.bytes_read
         self.d_ffn = g.d_ffn

@@ -1,14 +1,13 @@
 """One layer call of the flash engine: active set -> cache lookup -> reads || compute.
 
 Per call: the predicted neurons are grouped into clusters; the cache says which are
-resident. The missing clusters are submitted to the reader's I/O pool at once; with
-`overlap` the resident neurons are computed while the reads run (PowerInfer-2's
-I/O-compute pipeline), then the call waits for the reads, copies the new clusters into
-their arena slots and computes the remainder; without it, it waits first and computes
+resident; the missing clusters' reads are submitted at once (with the compiled planner
+and native AIO in the same foreign call as the planning); with `overlap` the resident
+neurons are computed while the reads run (PowerInfer-2's I/O-compute pipeline), then the
+call waits for the reads, copies the new clusters into their arena slots (unless they
+landed there) and computes the remainder; without it, it waits first and computes
 everything in one kernel call. The two partial sums add up to the same FFN (fp32
-accumulation, another summation order).
-
-The weights live in a `NeuronArena` (`powerbench.flash.arena`).
+accumulation, another summation order). The weights live in a `NeuronArena`.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from powerbench.flash import plan as flash_plan
 from powerbench.flash.aio import AioContext, ScatterReads
 from powerbench.flash.arena import NeuronArena, PipelineTimes
 from powerbench.flash.layout import ALIGN, LayoutHeader
-from powerbench.flash.plan import LayerPlanner
+from powerbench.flash.plan import ADMIT, COUNT, SUBMIT, LayerPlanner
 from powerbench.flash.read_plan import aligned_buffer, bundled_plan
 from powerbench.flash.reader import DirectReader
 from powerbench.flash.uring import UringScatter
@@ -77,6 +76,12 @@ class LayerPipeline:
                                                 np.tile(np.arange(n_p), cn), self.arena.flat_np)
             # byte offset in its part's arena of piece (k, p) of a cluster in slot 0
             self.piece_dest = np.repeat(np.arange(cn, dtype=np.int64) * g.row_bytes, n_p)
+        self._submit = 0  # the planner submits a layer's reads itself (AIO, this thread)
+        if (self.planner is not None and isinstance(self.scatter, ScatterReads)
+                and not reader.submit_thread):
+            self.planner.attach_reads(self.scatter, header.layer_offsets, g.cluster_bytes,
+                                      g.cluster_neurons * g.row_bytes, self.piece_dest)
+            self._submit = SUBMIT
         # lookahead reads (`prefetch`): a second AIO context, so that the next layer's
         # batch can be in flight beside this layer's
         self.ahead: ScatterReads | UringScatter | None = None
@@ -136,7 +141,8 @@ class LayerPipeline:
         miss = units[self.cache.slot_of[layer][units] < 0][: self.ahead.ctx.depth]
         if miss.size == 0:
             return 0
-        new = self.cache.admit(layer, miss, count=False)
+        new = (self.cache.admit(layer, miss, count=False) if self.planner is None
+               else self.planner.admit(layer, miss))
         keep = new >= 0
         miss, new = miss[keep], new[keep]
         if miss.size == 0:
@@ -298,27 +304,33 @@ class LayerPipeline:
         self._land_stale_ahead(layer)
         if not ids_np.flags.c_contiguous:
             ids_np = np.ascontiguousarray(ids_np)
+        flags = ADMIT * cache_misses | COUNT * count | self._submit
+        if self.scatter is not None and not self.scatter.finished:
+            self.reader._last.wait()  # a batch left by a call that raised
         try:
-            n_miss, n = p.plan(layer, ids_np, admit=cache_misses, count=count)
+            n_miss, n = p.step(layer, ids_np, flags)
         except ValueError:  # not ascending: the same neurons, sorted
             ids_np = np.unique(ids_np)
-            n_miss, n = p.plan(layer, ids_np, admit=cache_misses, count=count)
+            n_miss, n = p.step(layer, ids_np, flags)
         t.calls += 1
-        units = p.units[: int(p.n_units[0])]
+        units = p.units[: int(p.state[3])]
         if n_miss == 0:
             rows = p.rows[:n]
             t.plan_s += time.perf_counter() - t0
             return self._all_resident(layer, x, rows, ahead, units)
-        miss, new = p.miss_units[:n_miss], p.miss_slots[:n_miss]
-        t1 = time.perf_counter()
-        pending = self._read_submit(layer, miss, new, b1_set=True, adjacent=p.adjacent)
-        t.submit_s += time.perf_counter() - t1
-        t0 += time.perf_counter() - t1  # plan_s leaves the submission out
-        resident = p.resident[:n]
-        if self.overlap:
-            rows_hit, rows_miss = p.rows[:n][resident], p.rows[:n][~resident]
+        miss, new, st = p.miss_units[:n_miss], p.miss_slots[:n_miss], p.state
+        if st[4]:  # submitted by the planner (st[4] < 0: io_submit failed)
+            t1, t2 = st[6] * 1e-9, st[7] * 1e-9
+            pending = self.reader.submitted_scatter(self.scatter, int(st[4]), int(st[5]), t1)
         else:
-            rows_hit = rows_miss = p.rows[:n].copy()
+            t1 = time.perf_counter()
+            pending = self._read_submit(layer, miss, new, b1_set=True, adjacent=p.adjacent)
+            t2 = time.perf_counter()
+        t.submit_s += t2 - t1
+        t0 += t2 - t1  # plan_s leaves the submission out
+        resident = p.resident[:n]
+        rows_hit, rows_miss = ((p.rows[:n][resident], p.rows[:n][~resident]) if self.overlap
+                               else (p.rows[:n].copy(),) * 2)
         miss, new = miss.copy(), new.copy()
         t.plan_s += time.perf_counter() - t0
         t.calls_with_reads += 1

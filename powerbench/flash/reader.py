@@ -270,6 +270,24 @@ class DirectReader:
         self._last = pending
         return pending
 
+    def submitted_scatter(self, reads: ScatterReads, n: int, accepted: int, started: float
+                          ) -> PendingRead:
+        """A batch of `reads` (from `scatter_reads`) that compiled code submitted itself
+        (`powerbench.flash.plan`) at `started`: n > 0 reads, or n = -errno where io_submit
+        failed after `accepted` reads went in (those are collected, then OSError)."""
+        if n < 0:
+            reads.pending = accepted
+            reads.wait()
+            raise OSError(-n, f"io_submit: {os.strerror(-n)}")
+        reads.pending = n
+        stats = self.stats
+        stats.extents += n
+        stats.reads += n
+        stats.bytes_read += n * reads.read_bytes
+        pending = PendingRead(started=started, batch=reads)
+        self._last = pending
+        return pending
+
     def read(self, file_offsets: np.ndarray, lengths: np.ndarray, dest_offsets: np.ndarray,
              dest: np.ndarray | list[np.ndarray], buffers: np.ndarray | None = None) -> float:
         """Blocking `submit`; returns the wall time."""

@@ -115,9 +115,8 @@ def render(report: CappedReport, title: str, gains: bool = False) -> str:
         title,
         "SYNTHETIC WEIGHTS (seeded random): only speed and storage traffic mean anything; the "
         "tokens are not compared.",
-        f"{report.started} - {report.finished} ({report.seconds:.0f} s); machine: "
-        f"{cpu_model()}; load average before {report.loadavg_before}, after "
-        f"{report.loadavg_after}; MemAvailable at the start {report.mem_available / GB:.1f} GB",
+        f"{report.load.line()}; machine: {cpu_model()}; MemAvailable at the start "
+        f"{report.mem_available / GB:.1f} GB",
         f"model {s.name}: {s.n_layers} layers, d_model {s.d_model}, d_ffn {s.d_ffn}, "
         f"{s.ffn_kind.value}, {exp.dtype}, {report.model_bytes / GB:.2f} GB of weights (tied "
         "embedding / LM head); files: " + ", ".join(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from powerbench.load_window import LoadWindow
 from powerbench.measure.flash_capped_worker import FlashJob, FlashRun, Sparsity, flash_worker
 from powerbench.measure.memory_cap import MemoryCap
 from powerbench.model.spec import ModelSpec
@@ -79,17 +80,9 @@ class CappedReport:
     ceiling: dict[str, float]  # bytes/s: "cluster" (the engine's read size), "512K", "best"
     model_bytes: int
     file_bytes: dict[str, int]
-    loadavg_before: tuple[float, float, float]
-    loadavg_after: tuple[float, float, float]
-    started: str  # UTC
-    finished: str
-    seconds: float
+    load: LoadWindow  # UTC time and load average around the whole run
     cap_stats: list[dict[str, Any]] = field(default_factory=list)
     mem_available: int = 0  # the machine's MemAvailable at the start (bytes)
-
-
-def _utc() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
 
 def model_bytes(spec: ModelSpec, itemsize: int = 2) -> int:
@@ -222,11 +215,11 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
         raise RuntimeError("the llama.cpp peer needs llama-cpp-python, which is not installed: "
                            "run `make llamacpp` once (it compiles llama.cpp), or set "
                            "task.llamacpp=false to measure engine=flash alone")
-    t_start, started = time.perf_counter(), _utc()
+    window = LoadWindow().__enter__()
     from powerbench.measure.resident_memory import memory_available
 
     sizes = prepare_files(exp, log)
-    load_before, mem_available = os.getloadavg(), memory_available()
+    mem_available = memory_available()
     ceilings = [measure_ceiling(exp)]
     job = FlashJob(spec=exp.spec, dtype=exp.dtype, seed=exp.seed,
                    files={b: str(exp.flash_path(b)) for b in {r.bundled for r in exp.runs}},
@@ -284,12 +277,10 @@ def run_capped(exp: CappedExperiment, log: Callable[[str], None] = print) -> Cap
             llama_cap.close()
     ceilings.append(measure_ceiling(exp))
     ceiling = {k: max(c[k] for c in ceilings) for k in ceilings[0]}
-    load_after = os.getloadavg()
+    window.__exit__()
     if not exp.keep_files:
         for path in planned_files(exp):
             path.unlink(missing_ok=True)
     return CappedReport(exp=exp, results=results, ceiling=ceiling,
                         model_bytes=model_bytes(exp.spec), file_bytes=sizes,
-                        loadavg_before=load_before, loadavg_after=load_after, started=started,
-                        finished=_utc(), seconds=time.perf_counter() - t_start,
-                        cap_stats=cap_stats, mem_available=mem_available)
+                        load=window, cap_stats=cap_stats, mem_available=mem_available)

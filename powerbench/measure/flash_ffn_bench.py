@@ -34,6 +34,7 @@ import torch
 
 from powerbench.flash.ffn import FlashFFN
 from powerbench.hardware.facts import cpu_model
+from powerbench.load_window import LoadWindow
 from powerbench.measure.flash_ffn_inputs import (
     BenchShape,
     decoder_weights_around,
@@ -66,7 +67,7 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
     from powerbench.engine.sparse import SparseFFN
     from powerbench.hardware.storage import measure_storage
 
-    t_start = time.perf_counter()
+    window = LoadWindow().__enter__()  # the UTC time and load around the whole run
     shape = shape or BenchShape()
     variants = variants or default_variants()
     if variants[0].budget is not None:
@@ -80,7 +81,6 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
         from powerbench.paths import cache_dir as default_cache
 
         root = default_cache() / "flash"
-    load_before = os.getloadavg()
     log(f"bench: synthetic weights {shape} ...")
     weights = synthetic_weights(shape, seed)
     decode_tokens = min(decode_tokens, tokens) if decode_spec is not None else 0
@@ -195,14 +195,14 @@ def run_flash_bench(shape: BenchShape | None = None, variants: list[Variant] | N
                               blocks_kb=tuple(sorted({g.cluster_bytes // 1024, 4, 512})),
                               queue_depths=tuple(sorted({1, 8, io_threads, 32})),
                               seconds=storage_seconds)
+    window.__exit__()
     return FlashBenchReport(
         shape=shape, results=results, storage=storage, io_threads=io_threads,
         cluster_bytes=g.cluster_bytes, tokens_per_round=tokens, rounds=rounds,
         mean_active=sets.mean_active(), cached_growth_direct=cached_direct,
         cached_growth_buffered=cached_buffered, file_cache_direct=file_direct,
-        file_cache_buffered=file_buffered, loadavg_before=load_before,
-        loadavg_after=os.getloadavg(), machine=f"{cpu_model()}, {os.cpu_count()} CPUs",
-        threads=torch.get_num_threads(), seconds=time.perf_counter() - t_start,
+        file_cache_buffered=file_buffered, load=window,
+        machine=f"{cpu_model()}, {os.cpu_count()} CPUs", threads=torch.get_num_threads(),
         decode_results=decode_results,
         decode_model=None if decode_spec is None else decode_spec.name,
         decode_tokens=decode_tokens, trace_tokens=trace_len, warmup=warmup, aio_curve=curve)

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from powerbench.load_window import LoadWindow
 from powerbench.measure.flash_ffn_inputs import BenchShape
 
 GB = 1e9
@@ -88,11 +89,9 @@ class FlashBenchReport:
     cached_growth_buffered: int | None
     file_cache_direct: int | None  # weight-file bytes newly in the page cache (O_DIRECT runs)
     file_cache_buffered: int | None
-    loadavg_before: tuple[float, float, float]
-    loadavg_after: tuple[float, float, float]
+    load: LoadWindow  # UTC time and load average around the whole benchmark
     machine: str
     threads: int
-    seconds: float
     decode_results: list[VariantResult] = field(default_factory=list)
     decode_model: str | None = None
     decode_tokens: int = 0
@@ -192,8 +191,8 @@ class FlashBenchReport:
             f"{s.dtype}, FFN {s.ffn_bytes / GB:.2f} GB; mean active neurons/layer/token "
             f"{self.mean_active:.0f} ({self.mean_active / s.d_ffn:.1%})",
             f"machine: {self.machine}, torch threads {self.threads}, io_threads "
-            f"{self.io_threads}; load average before {self.loadavg_before}, after "
-            f"{self.loadavg_after}",
+            f"{self.io_threads}; load average "
+            f"{self.load.load_before:.2f} -> {self.load.load_after:.2f}",
             f"trace tokens {self.trace_tokens} (seed 0): warm-up {self.warmup}, then "
             f"{self.rounds} x {self.tokens_per_round} FFN-only"
             + (f", then {self.rounds} x {self.decode_tokens} whole-decode" if self.decode_tokens
@@ -203,7 +202,7 @@ class FlashBenchReport:
             "tok/s in the same round, range: min-max); ms columns: per token (plan: the "
             "engine's own planning; subm: handing reads to the kernel, io_submit's per-read "
             "kernel work included; wait: blocked on reads; comp: sparse kernels); "
-            f"wall {self.seconds:.0f} s",
+            f"wall {self.load.seconds:.0f} s",
             f"storage (O_DIRECT={st.direct}, the weight files' folder): random reads "
             + ", ".join(f"{r.block_bytes // 1024}K qd{r.queue_depth} "
                         f"{r.bandwidth / GB:.2f} GB/s ({r.latency_s * 1e6:.0f} us)"

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from powerbench.hardware.local import fingerprint
+from powerbench.load_window import load_average
 from powerbench.measure.flash_ffn_bench import (
     BenchShape,
     synthetic_profile_for,
@@ -67,7 +68,7 @@ class EngineCosts:
     io_threads: int
     calls: int
     median_rel_error: float  # |fit - measured| / measured over the calls, median
-    loadavg: tuple[float, float, float]
+    loadavg: float  # 1-minute load average at the start
     layers: int
     budgets: tuple[float, ...]
     seconds: float
@@ -135,7 +136,7 @@ def measure_engine_costs(layers: int = 24, budgets: tuple[float, ...] = (1.0, 0.
     if fit not in ("mean", "median"):
         raise ValueError(f"fit must be 'mean' or 'median', got {fit!r}")
     t_start = time.perf_counter()
-    load = os.getloadavg()
+    load = load_average()
     shape = BenchShape(n_layers=layers)
     weights = synthetic_weights(shape, weights_seed)  # bench-flash's: the same file
     profile = synthetic_profile_for(shape, warmup + tokens, seed)
@@ -197,7 +198,7 @@ def engine_costs(remeasure: bool = False, **kwargs) -> EngineCosts:
             record = json.loads(path.read_text())
             if record.get("fingerprint") == current and record.get("engine") == version:
                 c = record["costs"]
-                return EngineCosts(**{**c, "loadavg": tuple(c["loadavg"]),
+                return EngineCosts(**{**c, "loadavg": float(c["loadavg"]),
                                       "budgets": tuple(c["budgets"]),
                                       "budget_fit": tuple(c.get("budget_fit", ()))})
         except (OSError, ValueError, KeyError, TypeError):

@@ -217,7 +217,13 @@ def test_aio_scatter_reads_equal_sparse_ffn(tmp_path, cluster_neurons, submit_th
     if not ffn.reader.direct:
         pytest.skip("no O_DIRECT here: reads go through a staging copy")
     assert ffn.pipeline.scatter is not None
+    planned = []  # batches the compiled planner submitted itself (not from a pool worker)
+    submitted = ffn.reader.submitted_scatter
+    ffn.reader.submitted_scatter = lambda *a: planned.append(a[1]) or submitted(*a)
     run_both(weights, ffn, steps=4)
+    assert all(n > 0 for n in planned)
+    if cluster_neurons == 1:  # (larger clusters: these misses hold neighbours, coalesced)
+        assert bool(planned) != submit_thread
     assert torch.get_num_threads() == threads  # compute_threads is restored after each call
     m = ffn.metrics()
     assert m["flash_reads"] > 0 and m["flash_bytes_read_per_token"] > 0

@@ -53,6 +53,40 @@ def test_the_compiled_plan_is_the_numpy_policy(cn):
         assert np.array_equal(got, b1[layer][(mu[:, None] * cn + np.arange(cn)).ravel()])
     p.flush_counts()
     assert a.stats == b.stats
+    _assert_lru_lists(p, b)
+
+
+def _assert_lru_lists(p, cache):
+    """Each layer's linked list holds its LRU slots ordered by (last_used, slot)."""
+    for layer, (lo, hi) in enumerate(cache.lru_range):
+        order, s = [], p.lru_head[layer]
+        while s >= 0:
+            order.append(int(s))
+            s = p.lru_next[s]
+        want = lo + np.lexsort((np.arange(hi - lo), cache.last_used[lo:hi]))
+        assert order == want.tolist()
+        assert p.lru_tail[layer] == (want[-1] if want.size else -1)
+
+
+@needs_planner
+def test_the_lookahead_admission_is_the_numpy_policy():
+    """`LayerPlanner.admit` (a lookahead's reads) admits what numpy's admit admits, and
+    the lists stay ordered after planning and admitting in turn."""
+    a, b, rng = _caches(1)
+    p = flash_plan.LayerPlanner(flash_plan.load(), b, 1, 64, a.n_slots, None, None)
+    for step in range(40):
+        layer = step % 3
+        ids = np.sort(rng.choice(64, size=int(rng.integers(1, 30)), replace=False))
+        miss = ids[a.lookup_slots(layer, ids)[0] < 0]
+        a.admit(layer, miss)
+        p.plan(layer, ids.astype(np.int64))
+        nxt = (layer + 1) % 3
+        ahead = np.sort(rng.choice(64, size=8, replace=False))
+        ahead = ahead[a.slot_of[nxt][ahead] < 0]
+        # the same clusters get slots (which free slot, among equally old ones, may differ)
+        assert np.array_equal(a.admit(nxt, ahead, count=False) >= 0, p.admit(nxt, ahead) >= 0)
+        assert np.array_equal(a.slot_of >= 0, b.slot_of >= 0) and a.tick == b.tick
+    _assert_lru_lists(p, b)
 
 
 @needs_planner

@@ -47,7 +47,7 @@ def test_engine_costs_predict_from_replayed_counts_and_fit_ignores_outliers():
     small = BenchShape(name="tiny", n_layers=2, d_model=64, d_ffn=256)
     costs = EngineCosts(fixed_s=1e-4, per_active_s=0.0, per_miss_s=1e-5, per_task_s=0.0,
                         io_threads=16, calls=1,
-                        median_rel_error=0.0, loadavg=(0.0, 0.0, 0.0), layers=2,
+                        median_rel_error=0.0, loadavg=0.0, layers=2,
                         budgets=(1.0,), seconds=0.0)
     table = predict(m, budgets=(1.0, 0.1), shape=small, costs=costs)
     assert table.pred_tok_s.iloc[0] == pytest.approx(1 / (2 * 1e-4))  # no misses at 100%
@@ -67,7 +67,7 @@ def test_engine_costs_cache_key_and_reader_tasks(monkeypatch, tmp_path):
     assert overheads.engine_version(layers=4) != overheads.engine_version(layers=24)
     assert overheads.engine_version() == overheads.engine_version()
     base = dict(fixed_s=0.0, per_active_s=0.0, per_miss_s=0.0, per_task_s=1.0, io_threads=16,
-                calls=1, median_rel_error=0.0, loadavg=(0.0, 0.0, 0.0), layers=1,
+                calls=1, median_rel_error=0.0, loadavg=0.0, layers=1,
                 budgets=(1.0,), seconds=0.0)
     misses = np.array([0, 3, 40])
     aio = EngineCosts(**base, io_engine="aio", task_cap=1)
