@@ -1,7 +1,9 @@
 """The `local` hardware profile: the running machine, measured and cached.
 
-`load_local(cfg)` returns the cached profile from `<cache_dir>/hardware/local.json` when
-its checksum is intact and its machine fingerprint matches this machine; otherwise (or
+`load_local(cfg)` returns the cached profile from `<cache_dir>/hardware/local.json` (the
+default microbenchmark settings; other settings: `local-<hash of them>.json`, so a quick
+measurement never replaces the real one) when its checksum is intact, its machine
+fingerprint matches this machine and it was measured with these settings; otherwise (or
 with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
 (a few seconds) and stores the result with the date and fingerprint.
 
@@ -13,6 +15,7 @@ layer owns it because it runs engine code. A cached profile without them is re-m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -152,11 +155,27 @@ def storage_tier(c: LocalHardwareConfig) -> MemoryTier:
 
 
 # ---- cache --------------------------------------------------------------------------------
+# settings that do not change what is measured (where it is kept, whether to re-measure)
+NOT_MEASURED = ("_target_", "name", "remeasure", "cache_file")
+
+
+def measurement_settings(c: LocalHardwareConfig) -> dict[str, Any]:
+    """The microbenchmark settings a profile was measured with."""
+    fields = dataclasses.asdict(c) if dataclasses.is_dataclass(c) else dict(c)
+    return {k: v for k, v in fields.items() if k not in NOT_MEASURED}
+
+
 def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
+    """(cache, key): `cache_file` when given; else <cache_dir>/hardware/local.json for the
+    default settings and local-<hash of the settings>.json for any other (a quick
+    measurement never takes the place of the real one)."""
     if c.cache_file:
         path = Path(c.cache_file)
         return ArtifactCache(path.parent, suffix=path.suffix), path.stem
-    return ArtifactCache(cache_dir() / "hardware", suffix=".json"), "local"
+    settings = measurement_settings(c)
+    key = ("local" if settings == measurement_settings(LocalHardwareConfig())
+           else f"local-{stable_hash(settings)}")
+    return ArtifactCache(cache_dir() / "hardware", suffix=".json"), key
 
 
 def load_local(cfg: LocalHardwareConfig | None = None,
@@ -169,7 +188,12 @@ def load_local(cfg: LocalHardwareConfig | None = None,
     if not c.remeasure and cache.valid(key):
         try:
             record = json.loads(cache.path(key).read_text())
-            if record.get("fingerprint") == current:
+            same_settings = record.get("settings", measurement_settings(c)) == \
+                json.loads(json.dumps(measurement_settings(c)))
+            if record.get("fingerprint") == current and not same_settings:
+                log.info("hardware: cached local profile was measured with other settings; "
+                         "remeasuring")
+            elif record.get("fingerprint") == current:
                 profile = HardwareProfile.from_dict(record["profile"])
                 kernels_ok = (measure_kernels is None or not c.kernel_dtypes
                               or bool(profile.cpu.kernels))
@@ -185,7 +209,7 @@ def load_local(cfg: LocalHardwareConfig | None = None,
             log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
     profile = measure_local(c, measure_kernels)
     record = {"date": profile.measured_at, "fingerprint": profile.fingerprint,
-              "profile": profile.to_dict()}
+              "settings": measurement_settings(c), "profile": profile.to_dict()}
     cache.store(key, lambda p: p.write_text(json.dumps(record, indent=1)),
                 meta={"date": profile.measured_at, "fingerprint": profile.fingerprint})
     log.info("hardware: measured local profile in %.1f s -> %s",

@@ -85,10 +85,17 @@ class KernelEfficiency:
     gpu_dense: float = 1.0
     gpu_sparse: float = 1.0  # neuron-aware sparse FFN operator on the accelerator
     int4: float = 1.0
+    # int4 down projection of the accelerator's sparse FFN (PowerInfer's Q4_0 axpy, a
+    # float-dequantising DMMV-class kernel) relative to the int4 kernels `int4` describes
+    # (llama.cpp's integer-dot MMVQ class); 1.0 = the same rate
+    int4_axpy: float = 1.0
 
     def factor(self, device: str, sparse: bool, int4: bool) -> float:
         value = getattr(self, f"{device}_{'sparse' if sparse else 'dense'}")
         value *= self.int4 if int4 else 1.0
+        if not 0.0 < self.int4_axpy <= 1.0:
+            raise ValueError(f"simulator.efficiency.int4_axpy is {self.int4_axpy}: it must be "
+                             "in (0, 1]")
         if not 0.0 < value <= 1.0:
             raise ValueError(f"simulator.efficiency for {device} ({'sparse' if sparse else 'dense'}"
                              f"{', int4' if int4 else ''}) is {value}: it must be in (0, 1]")
@@ -189,6 +196,10 @@ class SimulatorConfig:
     # `sync_s` of the profile. It sits on the other device's branch of the layer (the GPU
     # computes its own neurons meanwhile). conf/simulator/cost_model.yaml sources it.
     hybrid_roundtrip_us: float | None = None
+    # Host merges per hybrid layer: how many times its FFN's partial results meet on the
+    # host, each one round trip (PowerInfer's public code: 2, the up/gate outputs and the
+    # down outputs; each extra merge also moves the d_ffn-wide activation both ways).
+    hybrid_merges: int = 1
     gpu_ops: OpCounts = field(default_factory=OpCounts)
     cpu_ops: OpCounts = field(default_factory=OpCounts)
     prefill: PrefillConfig = field(default_factory=PrefillConfig)

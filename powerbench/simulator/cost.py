@@ -8,7 +8,9 @@ stream is merged there):
                       key) pairs (the unit's attention-score rate, if it has one)
     predictor  on its device (sparse mode): its parameter bytes, 2 x params x rows FLOPs
     FFN        each device computes its own neurons (FFNWork): neurons x M_n bytes,
-               2 x params_per_neuron x (neuron, row) pairs FLOPs (+ cpu_sparse_call_us per
+               2 x params_per_neuron x (neuron, row) pairs FLOPs (int4 on the accelerator's
+               sparse operators: the down column at efficiency.int4_axpy of the input
+               rows' rate, CostModel.int4_axpy_scale; + cpu_sparse_call_us per
                sparse CPU call: the operator's fixed cost beyond one dispatch). When both devices hold neurons
                of the layer they run CONCURRENTLY:
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
@@ -16,7 +18,10 @@ stream is merged there):
                partial sum back: ONE synchronisation plus the activation transfer; the
                transfers sit on the other device's branch, with the round trip's fixed cost
                beyond that synchronisation: cfg.hybrid_roundtrip_us - T_sync, the worker
-               threads' wake-up and the copies' own synchronisations). A layer whose FFN lives only on
+               threads' wake-up and the copies' own synchronisations; with
+               cfg.hybrid_merges = m host merges per layer, m round trips and the d_ffn-wide
+               activation both ways m - 1 more times, all on that branch, a lower bound of
+               the staged max(GPU up, CPU up) + max(GPU down, CPU down)). A layer whose FFN lives only on
                the other device pays the same, without anything to overlap. On unified
                memory both units read one DRAM: t_ffn >= (all FFN bytes) / its bandwidth.
     transition if layer l + 1 (or the output projection) lives elsewhere: T_sync + x over
@@ -135,8 +140,14 @@ class CostModel:
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
         # a hybrid layer's round trip beyond the one synchronisation charged as `sync`
         self.roundtrip_extra_s = 0.0
-        if cfg.hybrid_roundtrip_us is not None and self.link is not None:
-            self.roundtrip_extra_s = max(cfg.hybrid_roundtrip_us * 1e-6 - self.link.sync_s, 0.0)
+        if cfg.hybrid_merges < 1:
+            raise ValueError(f"simulator.hybrid_merges is {cfg.hybrid_merges}: it must be >= 1")
+        if self.link is not None:
+            trip_s = (cfg.hybrid_roundtrip_us * 1e-6 if cfg.hybrid_roundtrip_us is not None
+                      else self.link.sync_s)
+            self.roundtrip_extra_s = max(cfg.hybrid_merges * trip_s - self.link.sync_s, 0.0)
+        # each merge after the first moves the d_ffn-wide activation to the host and back
+        self.merge_bytes = (cfg.hybrid_merges - 1) * spec.neurons_per_layer * cfg.activation_bytes
         self.cpu_counts = placement.neurons_per_layer - self.gpu_counts
         self._check_devices()
 
@@ -152,6 +163,15 @@ class CostModel:
         if p.attn_device != p.kv_device:
             raise ValueError("the cost model assumes each layer's KV cache lives with its "
                              "attention (placement.kv_device == attn_device)")
+
+    @property
+    def int4_axpy_scale(self) -> float:
+        """Time of an int4 neuron on the accelerator's sparse operators over the int4 rate:
+        its down column (1 of the FFN's matrices) runs through the axpy at
+        cfg.efficiency.int4_axpy of the rate the input rows (MMVQ class) get
+        (PowerInfer's public code: dequantize_mul_mat_axpy_sparse_pro<Q4_0>)."""
+        matrices = self.spec.ffn_kind.n_matrices
+        return (matrices - 1 + 1.0 / self.cfg.efficiency.int4_axpy) / matrices
 
     def efficiency(self, dev: str, sparse: bool = False, weights: bool = True) -> float:
         """Achieved share of `dev`'s bandwidth for this kind of kernel (cfg.efficiency);
@@ -191,6 +211,8 @@ class CostModel:
         ops = self.ops[dev].ffn_sparse if self.sparse else self.ops[dev].ffn_dense
         flops = 2.0 * self.spec.params_per_neuron * token_neurons
         nbytes = neurons * self.neuron_bytes / self.efficiency(dev, self.sparse)
+        if self.sparse and self.int4 and dev == GPU:
+            nbytes = nbytes * self.int4_axpy_scale
         t = self.dev[dev].time(nbytes, flops, ops)
         if self.sparse and dev == CPU:
             call_us = self.cfg.cpu_sparse_call_us
@@ -272,8 +294,9 @@ class CostModel:
         # the other device needs x and (sparse) the predicted mask, one byte per neuron
         mask_bytes = (self.cpu_counts[i] if other == CPU else self.gpu_counts[i]) \
             if self.sparse else 0.0
-        to_other = self.link.transfer(self.x_bytes * rows + mask_bytes, other)
-        back = self.link.transfer(self.x_bytes * rows, home)
+        to_other = self.link.transfer((self.x_bytes + self.merge_bytes) * rows + mask_bytes,
+                                      other)
+        back = self.link.transfer((self.x_bytes + self.merge_bytes) * rows, home)
         t_other = to_other + times[other] + back + self.roundtrip_extra_s
         busy["ffn_link"][:, i] = to_other + back + self.roundtrip_extra_s
         ffn = np.maximum(t_home, t_other)

@@ -1,5 +1,6 @@
 """The cost model's engine mechanisms on hand-computed one-layer cases: a hybrid layer's
-GPU -> CPU -> GPU round trip and a serving engine's host time per layer (vLLM)."""
+GPU -> CPU -> GPU round trips (one per host merge), the int4 down projection's own kernel
+rate on the accelerator, and a serving engine's host time per layer (vLLM)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,51 @@ def test_roundtrip_sits_on_the_cpu_branch_beyond_one_sync():
     assert trip.layer["ffn"][0, 0] == pytest.approx(cpu_branch + 266e-6)
     assert trip.layer["sync"][0, 0] == pytest.approx(10e-6)
     assert trip.total[0] - base.total[0] == pytest.approx(266e-6)
+
+
+def test_each_host_merge_is_one_more_round_trip_with_the_ffn_activation():
+    """Two merges (PowerInfer's public code: up, then down): the CPU branch pays 2 x 276 us
+    less the one 10 us sync, and the 256-wide fp16 activation (512 B) crosses the 1 GB/s
+    link once more each way."""
+    one = _hybrid_layer(roundtrip_us=276.0)
+    two = _hybrid_layer(roundtrip_us=276.0, hybrid_merges=2)
+    cpu_branch = ((X_B + 512 + 128) / 1e9 + 40 * NEURON_B / 10e9 + (X_B + 512) / 1e9
+                  + (2 * 276 - 10) * 1e-6)
+    assert two.layer["ffn"][0, 0] == pytest.approx(cpu_branch)
+    assert two.layer["sync"][0, 0] == pytest.approx(10e-6)
+    assert two.total[0] - one.total[0] == pytest.approx(276e-6 + 2 * 512 / 1e9)
+
+
+def test_hybrid_merges_below_one_is_refused():
+    with pytest.raises(ValueError, match="hybrid_merges"):
+        _hybrid_layer(roundtrip_us=276.0, hybrid_merges=0)
+
+
+def _gpu_only_int4(int4_axpy, ffn_kind="relu", mode=ComputeMode.sparse):
+    from powerbench.simulator.config import KernelEfficiency
+
+    spec = make_spec(ffn_kind=ffn_kind)
+    placement = make_placement(spec, [np.arange(256)], dtype="int4")
+    profile = make_profile(spec, [np.ones((1, 256), dtype=bool)])
+    eff = KernelEfficiency(int4=0.5, int4_axpy=int4_axpy)
+    model = CostModel(spec, placement, make_hardware(), zero_overhead_config(
+        mode=mode, efficiency=eff), predictor_bytes=np.zeros(1))
+    work = ffn_work(spec, profile, placement, mode, token_groups(1, 1, 1), 1)
+    return model, model.forward(work, PassShape.decode(np.array([10]), 1)).layer["ffn"][0, 0]
+
+
+def test_int4_down_projection_runs_at_its_own_rate_on_the_gpu():
+    """ReLU FFN (up + down): 256 neurons x 2 x 64 int4 weights (0.5625 B) at 100 GB/s x
+    int4 0.5; the down half at int4_axpy 0.7 of that: (1 + 1/0.7) / 2 = 1.214x; a gated FFN
+    (3 matrices): (2 + 1/0.7) / 3 = 1.143x; dense compute (llama.cpp's MMVQ) unaffected."""
+    same = 256 * 2 * 64 * 0.5625 / (100e9 * 0.5)
+    assert _gpu_only_int4(1.0)[1] == pytest.approx(same)
+    model, t = _gpu_only_int4(0.7)
+    assert model.int4_axpy_scale == pytest.approx((1 + 1 / 0.7) / 2)
+    assert t == pytest.approx(same * (1 + 1 / 0.7) / 2)
+    gated, _ = _gpu_only_int4(0.7, ffn_kind="reglu")
+    assert gated.int4_axpy_scale == pytest.approx((2 + 1 / 0.7) / 3)
+    assert _gpu_only_int4(0.7, mode=ComputeMode.dense)[1] == pytest.approx(same)
 
 
 def test_roundtrip_hidden_when_the_gpu_branch_is_longer():

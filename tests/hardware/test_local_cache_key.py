@@ -1,0 +1,19 @@
+"""The cached `local` profile's key: quick settings never write or read the real entry."""
+
+from __future__ import annotations
+
+from powerbench.hardware.config import LocalHardwareConfig
+from powerbench.hardware.local import _cache, measurement_settings
+
+
+def test_default_settings_keep_the_real_entry_other_settings_their_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path))
+    cache, key = _cache(LocalHardwareConfig())
+    assert key == "local" and cache.path(key) == tmp_path / "hardware" / "local.json"
+    assert _cache(LocalHardwareConfig(remeasure=True))[1] == "local"  # not a setting
+    quick = _cache(LocalHardwareConfig(kernel_working_set_mb=8, repeats=1))[1]
+    assert quick.startswith("local-") and quick != "local"
+    assert _cache(LocalHardwareConfig(kernel_working_set_mb=8, repeats=1))[1] == quick
+    assert _cache(LocalHardwareConfig(mem_mb=64))[1] not in ("local", quick)
+    assert _cache(LocalHardwareConfig(cache_file=str(tmp_path / "x.json"), mem_mb=64))[1] == "x"
+    assert "remeasure" not in measurement_settings(LocalHardwareConfig())
