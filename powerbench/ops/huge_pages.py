@@ -28,6 +28,7 @@ MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 SMAPS = Path("/proc/self/smaps")
+TOO_SMALL = "smaller than one 2 MiB-aligned huge page"
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
         return HugePages(nbytes, reason=f"transparent huge pages {mode or 'unavailable'}")
     start, end = aligned_range(storage.data_ptr(), nbytes)
     if end == start:
-        return HugePages(nbytes, reason="smaller than one 2 MiB-aligned huge page")
+        return HugePages(nbytes, reason=TOO_SMALL)
     if not advise:
         return HugePages(nbytes, huge_bytes_in(start, end), "not asked for")
     reasons = []
@@ -119,15 +120,20 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
 
 def use_huge_pages_all(tensors: list[torch.Tensor | None], advise: bool = True) -> HugePages:
     """`use_huge_pages` on each distinct storage among `tensors` (views of one storage
-    count once; None skipped), summed; the reason is the first one met."""
+    count once; None skipped), summed; the reason is the first one met, a storage too small
+    for a huge page counting only when no storage had room for one."""
     seen: set[int] = set()
     nbytes = huge = 0
     reason = ""
+    too_small = False
     for t in tensors:
         if t is None or t.untyped_storage().data_ptr() in seen:
             continue
         seen.add(t.untyped_storage().data_ptr())
         done = use_huge_pages(t, advise)
         nbytes, huge = nbytes + done.nbytes, huge + done.huge_bytes
-        reason = reason or done.reason
-    return HugePages(nbytes, huge, reason)
+        if done.reason == TOO_SMALL:
+            too_small = True
+        else:
+            reason = reason or done.reason
+    return HugePages(nbytes, huge, reason or (TOO_SMALL if too_small and not huge else ""))

@@ -77,6 +77,14 @@ def test_views_of_one_storage_count_once():
 
 
 @pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
+def test_small_tensors_beside_big_ones_give_no_reason():
+    big, small = torch.zeros(3 * MiB), torch.zeros(16)  # 12 MiB; 64 bytes
+    done = hp.use_huge_pages_all([small, big])
+    assert done.huge_bytes >= 8 * MiB and done.reason == ""
+    assert hp.use_huge_pages_all([small]).reason == hp.TOO_SMALL
+
+
+@pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
 def test_engine_weights_go_onto_huge_pages():
     from powerbench.engine.synthetic import synthetic_decoder_weights
     from powerbench.engine.weights import use_huge_pages
