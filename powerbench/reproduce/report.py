@@ -201,8 +201,14 @@ def comparison_table(comparisons: list[Comparison]) -> str:
         p = c.published
         lines.append(f"| {p.label} | {p.value:g} | {_number(c.ours)} | {_error(c)} | "
                      f"{_tolerance(p)} | {'yes' if c.within else 'no'} | "
-                     f"{'calibration' if p.calibration else 'validation'} | {p.source} |")
+                     f"{_kind(p)} | {p.source} |")
     return "\n".join(lines)
+
+
+def _kind(p: Published) -> str:
+    if not p.scored:
+        return "not scored (another counting)"
+    return "calibration" if p.calibration else "validation"
 
 
 def _status(result: TargetResult) -> str:
@@ -223,9 +229,9 @@ def render(results: list[TargetResult], command: str, now: datetime | None = Non
            machine: str | None = None) -> str:
     """The markdown report (without its stamp line)."""
     date = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
-    within = sum(c.within for r in results for c in r.comparisons)
-    total = sum(len(r.comparisons) for r in results)
-    calib = [c for r in results for c in r.comparisons if c.published.calibration]
+    scored = [c for r in results for c in r.comparisons if c.published.scored]
+    within, total = sum(c.within for c in scored), len(scored)
+    calib = [c for c in scored if c.published.calibration]
     wall = sum(r.ran.seconds if r.ran is not None else (r.recorded_seconds or 0.0)
                for r in results)
     lines = [
@@ -245,10 +251,10 @@ def render(results: list[TargetResult], command: str, now: datetime | None = Non
         "|---|---|---|---|---|",
     ]
     for r in results:
-        ok = sum(c.within for c in r.comparisons)
+        counted = [c for c in r.comparisons if c.published.scored]
         rows = len(r.table) if r.table is not None else 0
         lines.append(f"| {r.target.name} | {_status(r)} | {_seconds(r)} | {rows} | "
-                     f"{ok} of {len(r.comparisons)} |")
+                     f"{sum(c.within for c in counted)} of {len(counted)} |")
     lines.append("")
     for r in results:
         lines += _section(r)

@@ -28,6 +28,9 @@ class Published:
         simulator may be calibrated against); every other published number is validation.
     tolerance: allowed |ours - published|: relative (0.2 = 20%) unless `absolute`.
     upper_bound: the paper gives a bound ("under 10%"): within when ours <= value.
+    scored: False for a row that reads a published number again under another counting
+        (shown side by side where the paper is silent on what it counts): the report
+        shows it but leaves it out of its counts.
     """
 
     label: str
@@ -38,6 +41,7 @@ class Published:
     tolerance: float = 0.2
     absolute: bool = False
     upper_bound: bool = False
+    scored: bool = True
 
     def error(self, ours: float) -> float:
         """Signed error: ours - published (absolute) or relative to published."""

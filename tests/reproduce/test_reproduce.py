@@ -109,6 +109,22 @@ def test_report_marks_within_and_outside_tolerance():
     assert "SIMULATED by the cost model on pc_high (a desk PC)" in described
 
 
+def test_rows_read_under_another_counting_are_shown_but_not_counted():
+    table = pd.DataFrame({"tps": [8.0, 12.0]})
+    mean = lambda t: float(t["tps"].mean())  # noqa: E731
+    target = _target((
+        Published("speed", 7.0, mean, "test", calibration=True),  # +43%: out
+        Published("speed, other counting", 10.0, mean, "test", scored=False),  # within
+    ))
+    rows = compare(target, table)
+    text = render([TargetResult(target, table=table, csv=Path("figX.csv"),
+                                png=Path("figX.png"), comparisons=rows)],
+                  "powerbench reproduce figX")
+    assert "0 of 1 published numbers within tolerance (0 of 1 calibration rows)" in text
+    assert "| figX | " in text and "| 0 of 1 |" in text
+    assert "| yes | not scored (another counting) |" in text
+
+
 def _stamped_figure(name: str, value: float = 2.0):
     def figure(tracking_uri: str, out_dir: Path) -> FigureOutput:
         table = pd.DataFrame({"x": [value]})
