@@ -53,7 +53,8 @@ class ReaderStats:
     bytes_read: int = 0
     reads: int = 0  # system calls
     extents: int = 0  # extents asked for (before coalescing)
-    busy_s: float = 0.0  # summed time inside preadv over all workers
+    busy_s: float = 0.0  # summed time with reads in flight (preadv per worker, or submit to
+    # completion per batch)
 
     def reset(self) -> None:
         self.bytes_read = self.reads = self.extents = 0
@@ -285,6 +286,11 @@ class DirectReader:
         stats.reads += n
         stats.bytes_read += n * reads.read_bytes
         pending = PendingRead(started=started, batch=reads)
+
+        def count() -> None:
+            stats.busy_s += pending.finished[-1] - pending.started
+
+        pending.on_done = count
         self._last = pending
         return pending
 

@@ -158,3 +158,19 @@ def test_aio_submission_from_a_worker_thread(data_file):
         assert r.stats.reads == 3 and r.stats.bytes_read == blocks.size * BLOCK
     for i, b in enumerate(blocks):
         assert np.array_equal(dest[i * BLOCK:(i + 1) * BLOCK], data[b * BLOCK:(b + 1) * BLOCK])
+
+
+def test_batches_the_compiled_planner_submitted_count_their_read_time(data_file):
+    """`submitted_scatter` (reads io_submit'ed by compiled code): the batch's submit-to-
+    completion time goes into `stats.busy_s` like every other batch's."""
+    import time
+    from types import SimpleNamespace
+
+    path, _ = data_file
+    batch = SimpleNamespace(finished=False, read_bytes=BLOCK, pending=0)
+    batch.wait = lambda: setattr(batch, "finished", True)
+    with DirectReader(path, engine="threads", direct=False) as r:
+        started = time.perf_counter() - 0.01
+        r.submitted_scatter(batch, 3, 3, started).wait()
+        assert r.stats.reads == 3 and r.stats.bytes_read == 3 * BLOCK
+        assert r.stats.busy_s >= 0.01
