@@ -71,17 +71,23 @@ def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
     return cfg.predictor
 
 
-def validation_row(v: EngineValidation, context: dict[str, Any]) -> dict[str, Any]:
+def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
+                   threads: int) -> dict[str, Any]:
     """One report row: `context` (model, shapes ...), the comparison and the rates the
-    twin was given."""
+    twin was given: the engine-kernel entry of `dtype` at `threads` (0: every core) where
+    the profile has one (what the cost model charges), else the generic figures."""
     hw, calibration = v.hardware, v.hardware.meta.get("calibration", {})
+    kernel = hw.cpu.kernel(dtype, threads or None)
     return {**context, **v.row(),
             "measured_best_prefill_tokens_per_s":
                 v.measured.get("best_prefill_tokens_per_s", float("nan")),
-            "cpu_bw_gb_s": hw.cpu_bw / 1e9, "op_us": hw.launch_s * 1e6,
-            "sparse_call_us": calibration.get("calibrated_sparse_call_us", 0.0),
-            "cpu_gflops": (hw.cpu.effective_flops or 0) / 1e9,
-            "cpu_attention_gflops": (hw.cpu.effective_attention_flops or 0) / 1e9}
+            "cpu_bw_gb_s": (kernel.stream_bw if kernel else hw.cpu_bw) / 1e9,
+            "op_us": (kernel.op_s if kernel else hw.launch_s) * 1e6,
+            "sparse_call_us": calibration.get("calibrated_sparse_call_us",
+                                              kernel.sparse_call_s * 1e6 if kernel else 0.0),
+            "cpu_gflops": (kernel.gemm_flops if kernel else hw.cpu.effective_flops or 0) / 1e9,
+            "cpu_attention_gflops": (kernel.attention_flops if kernel
+                                     else hw.cpu.effective_attention_flops or 0) / 1e9}
 
 
 def validation_report(name: str, title: str, rows: list[dict[str, Any]], figure: bool,
@@ -136,7 +142,8 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
         f"simulated twins on hardware=local ({bench.threads or 'all'} thread(s), batch "
         f"{bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, "
         f"{task.rounds} rounds x {bench.repeats} repeats)",
-        [validation_row(v, context) for v in results], task.figure,
+        [validation_row(v, context, cfg.model.dtype, bench.threads) for v in results],
+        task.figure,
         params={"model": loaded.spec.name, "engine": as_container(cfg.engine),
                 "predictor": as_container(predictor) if predictor else None,
                 "solver": cfg.solver.name if cfg.solver else None,
