@@ -39,3 +39,22 @@ def test_row_shows_the_kernel_entry_of_the_runs_dtype_and_threads():
     assert one["cpu_bw_gb_s"] == pytest.approx(20.0)
     generic = validation_row(_validation(hw), {"model": "m"}, "fp32", 1)  # no fp32 entry
     assert generic["cpu_bw_gb_s"] == pytest.approx(100.0)
+
+
+def _row(engine: str, variant: str, decode: float, prefill: float, bw: float) -> dict:
+    return {"engine": engine, "hardware_variant": variant, "sim_error_pct": decode,
+            "sim_prefill_error_pct": prefill, "cpu_bw_gb_s": bw, "cpu_gflops": 150.0}
+
+
+def test_tolerance_note_names_the_cells_outside_and_why():
+    from powerbench.tasks.validate import tolerance_note
+
+    rows = [_row("dense", "profile", 36.0, 3.0, 58.7), _row("dense", "calibrated", 3.5, 2.0, 43.0),
+            _row("sparse_cpu", "profile", 14.9, -20.0, 58.7),
+            _row("sparse_cpu", "calibrated", 10.0, -19.0, 43.0)]
+    note = tolerance_note(rows)
+    assert "dense decode +36.0%: the in-run calibration gives +3.5%" in note
+    assert "(58.7 then, 43 GB/s now)" in note
+    assert "sparse_cpu prefill -20.0%: the in-run calibration is off too (-19.0%)" in note
+    assert "sparse_cpu decode" not in note and "dense prefill" not in note  # within 15%
+    assert tolerance_note(rows[1:2]).startswith("every cell")
