@@ -102,6 +102,9 @@ class LocalHardwareConfig:
     kernel_width: int = 2048
     kernel_ffn: int = 8192
     kernel_working_set_mb: int = 768
+    # the matrices streamed: `layer` (a decoder layer's Q/K/V, O, FFN up and down, as decode
+    # reads them) or `ffn_up` ([kernel_ffn, kernel_width] only)
+    kernel_stream: str = "layer"
     kernel_prompt_rows: int = 64
     kernel_heads: int = 32
     kernel_head_dim: int = 64

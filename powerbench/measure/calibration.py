@@ -44,33 +44,59 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
     return float(statistics.median(times))
 
 
+def layer_matrix_shapes(d_model: int, d_ffn: int) -> list[tuple[int, int]]:
+    """The [out, in] weight matrices one decode step of a decoder layer streams through
+    the dense projection, in the decoder's order: Q/K/V stacked [3 d, d] (one product),
+    O [d, d], the FFN's up [d_ffn, d] and down [d, d_ffn] (stored [out, in]: long rows,
+    which torch's fp32 GEMV streams ~25% faster than tall ones on this machine's CPU)."""
+    return [(3 * d_model, d_model), (d_model, d_model), (d_ffn, d_model), (d_model, d_ffn)]
+
+
+def working_set_matrices(nbytes: float, shapes: Sequence[tuple[int, int]],
+                         elem_bytes: int) -> list[tuple[int, int]]:
+    """`shapes` repeated in order until they hold at least `nbytes` (each shape once at
+    least): the matrices a working-set test streams, as layer after layer of a model."""
+    out: list[tuple[int, int]] = []
+    total = 0
+    while total < nbytes or len(out) < len(shapes):
+        rows, cols = shapes[len(out) % len(shapes)]
+        out.append((rows, cols))
+        total += rows * cols * elem_bytes
+    return out
+
+
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
                           threads: int | None = None, repeats: int = 31,
-                          rows: int | None = None, timer: Timer = _median_time) -> float:
-    """Bytes/s of matrix-vector products streaming `nbytes` of [rows, dim] matrices (one
-    product each, like a model's weight matrices), computed by the decoder's own dense
-    projection (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16
-    weights, torch's for fp32). `rows`: the model's own matrix height (e.g. d_ffn), so each
-    call streams as many bytes as the engine's; None: 1 MB pieces. The twin charges each
-    call's fixed cost separately (per operator), so this is meant to be the streaming rate:
-    1 MB pieces of a 4096-wide fp16 model spend a large share of each call on dispatch."""
+                          rows: int | None = None, timer: Timer = _median_time,
+                          shapes: Sequence[tuple[int, int]] | None = None) -> float:
+    """Bytes/s of matrix-vector products streaming `nbytes` of weight matrices (one product
+    each, like a model's), computed by the decoder's own dense projection
+    (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16 weights,
+    torch's for fp32). `shapes`: the [out, in] matrices in the engine's order, repeated
+    until the working set is full (`layer_matrix_shapes`: a decoder layer's, so each call
+    streams what the engine's does, in its mix of tall and long-row matrices); else
+    [rows, dim] matrices (`rows` None: 1 MB pieces). The twin charges each call's fixed
+    cost separately (per operator), so this is meant to be the streaming rate: 1 MB pieces
+    of a 4096-wide fp16 model spend a large share of each call on dispatch."""
     from powerbench.engine.linear import make_linear
 
     linear = make_linear()
     elem = torch.tensor([], dtype=dtype).element_size()
-    rows = rows or max(int(2**20 // (dim * elem)), 1)
-    n = max(int(nbytes // (rows * dim * elem)), 1)
-    mats = [torch.randn(rows, dim, dtype=dtype) for _ in range(n)]
-    x = torch.randn(1, dim, dtype=dtype)
+    if shapes is None:
+        shapes = [(rows or max(int(2**20 // (dim * elem)), 1), dim)]
+    layout = working_set_matrices(nbytes, shapes, elem)
+    mats = [torch.randn(r, c, dtype=dtype) for r, c in layout]
+    xs = {c: torch.randn(1, c, dtype=dtype) for _, c in layout}
+    pairs = [(xs[m.shape[1]], m) for m in mats]
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            t = timer(lambda: [linear(x, m, None) for m in mats], repeats)
+            t = timer(lambda: [linear(x, m, None) for x, m in pairs], repeats)
     finally:
         torch.set_num_threads(before)
-    return n * rows * dim * elem / t
+    return sum(r * c for r, c in layout) * elem / t
 
 
 def shaped_gemm_flops(rows: int, d_model: int, d_ffn: int,
@@ -181,15 +207,16 @@ def calibrate_local(hardware: HardwareProfile, working_set_bytes: float, dim: in
                     d_ffn: int | None = None, threads: int = 0,
                     attention_shape: tuple[int, int, int] | None = None,
                     ) -> tuple[HardwareProfile, dict]:
-    """The local profile with its CPU bandwidth (streamed through [d_ffn, dim] matrices when
-    d_ffn is given), operator cost, (with gemm_rows and d_ffn) GEMM FLOP/s and sparse-call
-    cost, and (with attention_shape = (prompt tokens, heads,
-    head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
+    """The local profile with its CPU bandwidth (streamed through a decoder layer's
+    matrices, `layer_matrix_shapes`, when d_ffn is given), operator cost, (with gemm_rows
+    and d_ffn) GEMM FLOP/s and sparse-call cost, and (with attention_shape = (prompt
+    tokens, heads, head_dim)) attention-score FLOP/s re-measured for this model's shapes, with the
     engine's thread count (0: torch's default) (microbenchmarks only; see the module
     docstring). They replace the profile's engine-kernel rates: one KernelRates entry for
     this dtype and thread count, which the cost model then reads."""
     with torch_threads(threads) as used:
-        bw = working_set_bandwidth(working_set_bytes, dim, dtype, rows=d_ffn)
+        shapes = layer_matrix_shapes(dim, d_ffn) if d_ffn else None
+        bw = working_set_bandwidth(working_set_bytes, dim, dtype, shapes=shapes)
         op_s = python_op_seconds()
         flops = hardware.cpu.effective_flops
         sparse_extra_s = 0.0

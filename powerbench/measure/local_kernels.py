@@ -7,8 +7,11 @@ The generic microbenchmarks of `powerbench.hardware.microbench` measure other ke
 prompt far below that GEMM rate. Here, for each (dtype, threads) of the config:
 
     stream_bw        the decoder's dense projection (`powerbench.engine.linear`) on
-                     batch-1 rows, streaming [ffn, width] matrices over a working set far
-                     beyond the last-level cache (one product per matrix, as a layer's)
+                     batch-1 rows, streaming a decoder layer's matrices (Q/K/V stacked,
+                     O, FFN up and down: `kernel_stream=layer`) layer after layer over a
+                     working set far beyond the last-level cache (one product per matrix,
+                     as decode's; `ffn_up`: [ffn, width] matrices only, which torch's fp32
+                     GEMV streams slower than the down matrix's long rows)
     gemm_flops       one layer's products for a prompt of `kernel_prompt_rows` rows
     attention_flops  causal attention over that prompt at `kernel_heads` x `kernel_head_dim`
     op_s             per operator of a decode attention block issued from Python (dispatch,
@@ -34,6 +37,7 @@ from powerbench.hardware.local import load_local as load_measured
 from powerbench.measure.calibration import (
     attention_flops,
     best_time,
+    layer_matrix_shapes,
     python_op_seconds,
     shaped_gemm_flops,
     sparse_call_seconds,
@@ -42,6 +46,8 @@ from powerbench.measure.calibration import (
 from powerbench.threads import torch_threads
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# hardware.kernel_stream: the [out, in] matrices the stream test reads, from (width, ffn)
+STREAMS = {"layer": layer_matrix_shapes, "ffn_up": lambda width, ffn: [(ffn, width)]}
 
 
 def kernel_threads(cfg: LocalHardwareConfig, cpus: int) -> list[int]:
@@ -55,12 +61,16 @@ def measure_kernel(cfg: LocalHardwareConfig, dtype: str, threads: int) -> Kernel
     """One (dtype, threads) entry (see the module docstring)."""
     if dtype not in DTYPES:
         raise ValueError(f"hardware.kernel_dtypes: {dtype!r} is not one of {sorted(DTYPES)}")
+    if cfg.kernel_stream not in STREAMS:
+        raise ValueError(f"hardware.kernel_stream: {cfg.kernel_stream!r} is not one of "
+                         f"{sorted(STREAMS)}")
     tdtype, width, ffn = DTYPES[dtype], cfg.kernel_width, cfg.kernel_ffn
     rows, heads, head_dim = cfg.kernel_prompt_rows, cfg.kernel_heads, cfg.kernel_head_dim
     repeats = max(cfg.kernel_repeats, 1)
     with torch_threads(threads):
         bw = working_set_bandwidth(cfg.kernel_working_set_mb * 1e6, width, tdtype,
-                                   threads=threads, repeats=repeats, rows=ffn, timer=best_time)
+                                   threads=threads, repeats=repeats, timer=best_time,
+                                   shapes=STREAMS[cfg.kernel_stream](width, ffn))
         op_s = python_op_seconds(timer=best_time)
         gemm = shaped_gemm_flops(rows, width, ffn, tdtype, repeats=repeats, timer=best_time)
         attention = attention_flops(rows, heads, head_dim, tdtype, repeats=repeats,

@@ -71,26 +71,68 @@ def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
     return cfg.predictor
 
 
-def validation_row(v: EngineValidation, context: dict[str, Any]) -> dict[str, Any]:
+def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
+                   threads: int) -> dict[str, Any]:
     """One report row: `context` (model, shapes ...), the comparison and the rates the
-    twin was given."""
+    twin was given: the engine-kernel entry of `dtype` at `threads` (0: every core) where
+    the profile has one (what the cost model charges), else the generic figures."""
     hw, calibration = v.hardware, v.hardware.meta.get("calibration", {})
+    kernel = hw.cpu.kernel(dtype, threads or None)
     return {**context, **v.row(),
             "measured_best_prefill_tokens_per_s":
                 v.measured.get("best_prefill_tokens_per_s", float("nan")),
-            "cpu_bw_gb_s": hw.cpu_bw / 1e9, "op_us": hw.launch_s * 1e6,
-            "sparse_call_us": calibration.get("calibrated_sparse_call_us", 0.0),
-            "cpu_gflops": (hw.cpu.effective_flops or 0) / 1e9,
-            "cpu_attention_gflops": (hw.cpu.effective_attention_flops or 0) / 1e9}
+            "cpu_bw_gb_s": (kernel.stream_bw if kernel else hw.cpu_bw) / 1e9,
+            "op_us": (kernel.op_s if kernel else hw.launch_s) * 1e6,
+            "sparse_call_us": calibration.get("calibrated_sparse_call_us",
+                                              kernel.sparse_call_s * 1e6 if kernel else 0.0),
+            "cpu_gflops": (kernel.gemm_flops if kernel else hw.cpu.effective_flops or 0) / 1e9,
+            "cpu_attention_gflops": (kernel.attention_flops if kernel
+                                     else hw.cpu.effective_attention_flops or 0) / 1e9}
+
+
+TOLERANCE_PCT = 15.0  # the cached profile's goal: within this of the measured median
+# (error column, rate column the twin was charged for it, unit, phase)
+CELLS = (("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode"),
+         ("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill"))
+
+
+def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT) -> str:
+    """Which cells of the twin fed the cached profile (`profile` rows) are outside
+    ±`tolerance`% of the measured median, and why: where the in-run calibration (the same
+    microbenchmarks re-measured around the rounds) is within it, the machine ran at another
+    speed than when the profile was measured (its rate then and now is given); where it is
+    off too, the microbenchmarks do not measure what the engine does."""
+    calibrated = {r["engine"]: r for r in rows if r["hardware_variant"] == "calibrated"}
+    off = []
+    for row in (r for r in rows if r["hardware_variant"] == "profile"):
+        for error, rate, unit, phase in CELLS:
+            if not abs(row[error]) > tolerance:
+                continue
+            cell = f"{row['engine']} {phase} {row[error]:+.1f}%"
+            other = calibrated.get(row["engine"])
+            if other is None:
+                off.append(f"{cell} (no in-run calibration to tell why)")
+            elif abs(other[error]) <= tolerance:
+                off.append(f"{cell}: the in-run calibration gives {other[error]:+.1f}%, so "
+                           f"the machine ran at another speed than when the profile was "
+                           f"measured ({row[rate]:.3g} then, {other[rate]:.3g} {unit} now)")
+            else:
+                off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%): "
+                           "the microbenchmarks do not measure what the engine does")
+    if not off:
+        return (f"every cell of the twin fed the cached `local` profile is within "
+                f"±{tolerance:.0f}% of the measured median")
+    return (f"outside ±{tolerance:.0f}% with the cached `local` profile: " + "; ".join(off))
 
 
 def validation_report(name: str, title: str, rows: list[dict[str, Any]], figure: bool,
-                      **fields: Any) -> Report:
-    """The harness report of one `validate` invocation (both modes), with its figure."""
+                      notes: list[str] | None = None, **fields: Any) -> Report:
+    """The harness report of one `validate` invocation (both modes), with its figure and
+    a note on the cells outside the cached profile's tolerance (`tolerance_note`)."""
     return Report(study=STUDY, name=name, rows=rows, key=("engine", "hardware_variant"),
                   title=title, metrics=METRICS, columns=SHOWN,
                   figure="powerbench.figures.validation.plot_validation" if figure else "",
-                  **fields)
+                  notes=[*(notes or []), tolerance_note(rows)], **fields)
 
 
 def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
@@ -136,7 +178,8 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
         f"simulated twins on hardware=local ({bench.threads or 'all'} thread(s), batch "
         f"{bench.batch_size}, prompt {bench.prompt_tokens}, {bench.new_tokens} new tokens, "
         f"{task.rounds} rounds x {bench.repeats} repeats)",
-        [validation_row(v, context) for v in results], task.figure,
+        [validation_row(v, context, cfg.model.dtype, bench.threads) for v in results],
+        task.figure,
         params={"model": loaded.spec.name, "engine": as_container(cfg.engine),
                 "predictor": as_container(predictor) if predictor else None,
                 "solver": cfg.solver.name if cfg.solver else None,

@@ -120,7 +120,8 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
         name, f"validate, {spec.name} shape (SYNTHETIC weights), {task.dtype}, "
         f"{spec.n_layers} of {full.n_layers} layers, {bench.threads or 'all'} thread(s): "
         f"measured vs simulated on hardware=local ({task.rounds} interleaved rounds x "
-        f"{bench.repeats} repeat(s))", [validation_row(v, context) for v in results],
+        f"{bench.repeats} repeat(s))",
+        [validation_row(v, context, task.dtype, bench.threads) for v in results],
         task.figure, window_columns=True,
         params={**context, "engines": list(task.engines), "bench": as_container(bench),
                 "task": as_container(task)},

@@ -17,3 +17,10 @@ def test_default_settings_keep_the_real_entry_other_settings_their_own(tmp_path,
     assert _cache(LocalHardwareConfig(mem_mb=64))[1] not in ("local", quick)
     assert _cache(LocalHardwareConfig(cache_file=str(tmp_path / "x.json"), mem_mb=64))[1] == "x"
     assert "remeasure" not in measurement_settings(LocalHardwareConfig())
+
+
+def test_the_stream_matrices_are_a_measurement_setting(tmp_path, monkeypatch):
+    """A profile whose stream test read other matrices is not the default entry."""
+    monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path))
+    assert measurement_settings(LocalHardwareConfig())["kernel_stream"] == "layer"
+    assert _cache(LocalHardwareConfig(kernel_stream="ffn_up"))[1] != "local"

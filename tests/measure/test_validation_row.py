@@ -1,0 +1,60 @@
+"""A validation row reports the rates the twin was charged: the profile's engine-kernel
+entry of the run's dtype and thread count, not the generic microbenchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from powerbench.hardware.hardware_profile import KernelRates
+from powerbench.measure.twin import EngineValidation
+from powerbench.simulator.config import OpCounts
+from powerbench.tasks.validate import validation_row
+from tests.simulator.factories import GB, make_hardware
+
+
+def _validation(hw) -> EngineValidation:
+    measured = {"decode_tokens_per_s": 10.0, "prefill_tokens_per_s": 100.0}
+    simulated = {"sim_decode_tokens_per_s": 11.0, "sim_prefill_tokens_per_s": 90.0,
+                 "sim_end_to_end_tokens_per_s": 9.0}
+    errors = {"sim_error_pct": 10.0, "sim_prefill_error_pct": -10.0,
+              "end_to_end_tokens_per_s": 9.5, "sim_end_to_end_error_pct": -5.3}
+    ops = OpCounts(attention=9, predictor=0, ffn_dense=3, ffn_sparse=0, lm_head=14)
+    return EngineValidation("dense", measured, simulated, errors, ops, "profile", hw)
+
+
+def test_row_shows_the_kernel_entry_of_the_runs_dtype_and_threads():
+    kernels = tuple(KernelRates(dtype="fp16", threads=t, stream_bw=t * 20 * GB,
+                                gemm_flops=t * 30e9, attention_flops=t * 10e9,
+                                op_s=t * 1e-6, sparse_call_s=t * 5e-6) for t in (1, 2))
+    hw = make_hardware(cpu_bw=100 * GB, gpu_bw=None)
+    hw = dataclasses.replace(hw, units={"cpu": dataclasses.replace(hw.cpu, kernels=kernels)})
+    row = validation_row(_validation(hw), {"model": "m"}, "fp16", 2)
+    assert row["cpu_bw_gb_s"] == pytest.approx(40.0)  # not the tier's 100 GB/s
+    assert row["cpu_gflops"] == pytest.approx(60.0)
+    assert row["cpu_attention_gflops"] == pytest.approx(20.0)
+    assert row["op_us"] == pytest.approx(2.0) and row["sparse_call_us"] == pytest.approx(10.0)
+    one = validation_row(_validation(hw), {"model": "m"}, "fp16", 1)
+    assert one["cpu_bw_gb_s"] == pytest.approx(20.0)
+    generic = validation_row(_validation(hw), {"model": "m"}, "fp32", 1)  # no fp32 entry
+    assert generic["cpu_bw_gb_s"] == pytest.approx(100.0)
+
+
+def _row(engine: str, variant: str, decode: float, prefill: float, bw: float) -> dict:
+    return {"engine": engine, "hardware_variant": variant, "sim_error_pct": decode,
+            "sim_prefill_error_pct": prefill, "cpu_bw_gb_s": bw, "cpu_gflops": 150.0}
+
+
+def test_tolerance_note_names_the_cells_outside_and_why():
+    from powerbench.tasks.validate import tolerance_note
+
+    rows = [_row("dense", "profile", 36.0, 3.0, 58.7), _row("dense", "calibrated", 3.5, 2.0, 43.0),
+            _row("sparse_cpu", "profile", 14.9, -20.0, 58.7),
+            _row("sparse_cpu", "calibrated", 10.0, -19.0, 43.0)]
+    note = tolerance_note(rows)
+    assert "dense decode +36.0%: the in-run calibration gives +3.5%" in note
+    assert "(58.7 then, 43 GB/s now)" in note
+    assert "sparse_cpu prefill -20.0%: the in-run calibration is off too (-19.0%)" in note
+    assert "sparse_cpu decode" not in note and "dense prefill" not in note  # within 15%
+    assert tolerance_note(rows[1:2]).startswith("every cell")
