@@ -368,6 +368,13 @@ void to_float_impl(const T* src, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = to_f32(src[i]);
 }
 
+template <typename T>
+void from_float_impl(const float* src, int64_t n, T* dst) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vstore(dst + i, vload(src + i));
+  for (; i < n; ++i) store(dst + i, src[i]);
+}
+
 template <typename WT>
 void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B,
                 const int64_t* idx, int64_t n, GatedKind kind, float* h, int nt) {
