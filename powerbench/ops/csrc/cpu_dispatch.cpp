@@ -95,6 +95,10 @@ void to_float(WType t, const void* src, int64_t n, float* dst) {
   active().to_float_fn(t, src, n, dst);
 }
 
+void from_float(WType t, const float* src, int64_t n, void* dst) {
+  active().from_float_fn(t, src, n, dst);
+}
+
 void activate(float* a, int64_t n, GatedKind kind) { active().activate_fn(a, n, kind); }
 
 double read_sum(const float* buf, int64_t n, int threads) {

@@ -18,6 +18,7 @@ struct KernelTable {
   decltype(&::pbops::gated_hidden) gated_hidden_fn;
   decltype(&::pbops::dense) dense_fn;
   decltype(&::pbops::to_float) to_float_fn;
+  decltype(&::pbops::from_float) from_float_fn;
   decltype(&::pbops::activate) activate_fn;
   decltype(&::pbops::read_sum) read_sum_fn;
   decltype(&::pbops::rms_norm) rms_norm_fn;

@@ -54,6 +54,13 @@ void to_float(WType t, const void* src, int64_t n, float* dst) {
   });
 }
 
+void from_float(WType t, const float* src, int64_t n, void* dst) {
+  simd::with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    from_float_impl(src, n, static_cast<T*>(dst));
+  });
+}
+
 void rms_norm(WType t, const void* x, const void* weight, int64_t R, int64_t D, float eps,
               void* out) {
   simd::with_type(t, [&](auto tag) {
@@ -86,7 +93,7 @@ void decode_attention(WType t, const void* qkv, const void* cos, const void* sin
 }  // namespace
 
 const KernelTable kTable = {PBOPS_ISA_NAME, row, axpy, gated_hidden, dense, to_float,
-                            activate_impl, read_sum_impl, rms_norm, gated_activation,
+                            from_float, activate_impl, read_sum_impl, rms_norm, gated_activation,
                             decode_attention};
 
 }  // namespace PBOPS_ISA

@@ -38,14 +38,6 @@ void check_weight(const at::Tensor& w, const char* name) {
   TORCH_CHECK_VALUE(w.is_contiguous(), name, " must be contiguous (prepare weights once)");
 }
 
-// fp32 contiguous [B, K] copy of x (a no-op for fp32 contiguous input).
-at::Tensor as_f32_2d(const at::Tensor& t, int64_t cols, const char* name) {
-  TORCH_CHECK_VALUE(t.dim() == 2, name, " must be 2-D [batch, features]");
-  TORCH_CHECK_VALUE(t.size(1) == cols, name, " has ", t.size(1), " features, expected ", cols);
-  TORCH_CHECK_VALUE(t.size(0) >= 1, name, " must hold at least one token");
-  return t.to(at::kFloat).contiguous();
-}
-
 // Validated int64 copy of the active list; `check` verifies range and uniqueness in O(n).
 at::Tensor active_ids(const at::Tensor& idx, int64_t limit, bool check) {
   TORCH_CHECK_TYPE(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
@@ -78,51 +70,136 @@ const float* f32_data(const at::Tensor& t, at::Tensor& keep) {
 const float* bias_data(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
                        const char* name) {
   if (!bias.has_value()) return nullptr;
-  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape [", len,
-                    "]");
+  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape (", len,
+                    ",), got ", bias->sizes());
   return f32_data(*bias, keep);
+}
+
+// Per-thread fp32 scratch of the calling thread (slot 0: x, 1: a bias, 2: a result).
+float* linear_scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// fp32 data of t: in place when fp32 contiguous, else converted into scratch `slot` (fp16,
+// bf16: no ATen call) or, for other float dtypes, through `keep`.
+const float* as_f32(const at::Tensor& t, const char* name, int slot, at::Tensor& keep) {
+  const at::ScalarType s = t.scalar_type();
+  if (s != at::kHalf && s != at::kBFloat16) return f32_data(t, keep);
+  const at::Tensor c = t.is_contiguous() ? t : (keep = t.contiguous());
+  float* dst = linear_scratch(slot, c.numel());
+  pbops::to_float(weight_type(c, name), c.data_ptr(), c.numel(), dst);
+  return dst;
+}
+
+// ---- the operators' inputs and results without ATen calls on the decode path -------------
+// A cold call (a decode step streams far more weights than the cache holds, so the
+// interpreter's and the dispatcher's state is evicted between calls) costs ~15-40 us per
+// ATen operation on the 2-core EPYC host (torch.empty alone ~17 us after a 64 MB flush):
+// as much as reading 1 MB of weights. So x is converted in scratch, and the result is
+// allocated once, in the caller's dtype, and written by the kernels or converted into.
+
+// A batch of tokens (x, or axpy's coefficients): [B, cols], or [cols] for one token, of
+// any float dtype, as fp32 data (scratch `slot` unless it is fp32 contiguous).
+struct Tokens {
+  const float* data;
+  int64_t rows;
+  bool one_d;
+};
+
+Tokens tokens(const at::Tensor& t, int64_t cols, const char* name, int slot, at::Tensor& keep) {
+  TORCH_CHECK_TYPE(t.is_floating_point(), name, " must be a floating-point tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor");
+  const bool one_d = t.dim() == 1;
+  const bool ok = one_d ? t.size(0) == cols : t.dim() == 2 && t.size(1) == cols && t.size(0) >= 1;
+  TORCH_CHECK_VALUE(ok, name, " must be [batch >= 1, ", cols, "] or [", cols, "], got ",
+                    t.sizes());
+  return {as_f32(t, name, slot, keep), one_d ? 1 : t.size(0), one_d};
+}
+
+// An operator's result: `y` ([B, cols], or [cols] for a one-token input, in the input's
+// dtype when `in_dtype`, else fp32 [B, cols]) and the fp32 buffer the kernels write (y
+// itself when fp32, else scratch that finish() converts into y: one rounding, as before).
+struct Result {
+  at::Tensor y;
+  float* f32;
+  at::ScalarType dtype;
+};
+
+Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int64_t cols) {
+  const at::ScalarType s = in_dtype ? like.scalar_type() : at::kFloat;
+  const bool half = s == at::kHalf || s == at::kBFloat16;
+  const at::TensorOptions o = like.options().dtype(half ? s : at::kFloat);
+  at::Tensor y = in_dtype && one_d ? at::empty({cols}, o) : at::empty({B, cols}, o);
+  return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s};
+}
+
+// r.f32[b, :] = bias (or 0) for b < B
+void fill_rows(const Result& r, int64_t B, int64_t cols, const float* bias) {
+  for (int64_t b = 0; b < B; ++b) {
+    if (bias) std::memcpy(r.f32 + b * cols, bias, sizeof(float) * cols);
+    else std::memset(r.f32 + b * cols, 0, sizeof(float) * cols);
+  }
+}
+
+at::Tensor finish(const Result& r) {
+  if (r.y.scalar_type() != at::kFloat) {
+    pbops::from_float(weight_type(r.y, "y"), r.f32, r.y.numel(), r.y.data_ptr());
+    return r.y;
+  }
+  return r.dtype == at::kFloat ? r.y : r.y.to(r.dtype);  // e.g. float64 x: fp32 -> x's dtype
 }
 
 int threads() { return at::get_num_threads(); }
 
+// The active list as int64 data (validated when `check`).
+const int64_t* id_data(const at::Tensor& idx, int64_t limit, bool check, at::Tensor& keep) {
+  if (!check && idx.scalar_type() == at::kLong && idx.dim() == 1 && idx.is_contiguous())
+    return idx.data_ptr<int64_t>();
+  keep = active_ids(idx, limit, check);
+  return keep.data_ptr<int64_t>();
+}
+
+// y = act(W[idx] x + bias[idx]) in x's dtype and shape ([B, n], or [B, N] scattered).
 at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
                const std::optional<at::Tensor>& bias, bool relu, bool scatter, bool check) {
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
   const int64_t N = w.size(0), K = w.size(1);
-  const at::Tensor xf = as_f32_2d(x, K, "x");
-  const at::Tensor ids = active_ids(idx, N, check);
-  at::Tensor bias_keep;
-  const float* b = bias_data(bias, bias_keep, N, "bias");
-  const int64_t B = xf.size(0), n = ids.numel();
-  const int64_t cols = scatter ? N : n;
-  at::Tensor out = scatter ? at::zeros({B, cols}, xf.options()) : at::empty({B, cols},
-                                                                            xf.options());
-  pbops::row(wt, w.data_ptr(), K, xf.data_ptr<float>(), B, ids.data_ptr<int64_t>(), n, b, relu,
-             out.data_ptr<float>(), cols, scatter, threads());
-  return out;
+  at::Tensor xk, idk, bk;
+  const Tokens xt = tokens(x, K, "x", 0, xk);
+  const int64_t* ids = id_data(idx, N, check, idk);
+  const float* b = bias_data(bias, bk, N, "bias");
+  const int64_t n = idx.numel(), cols = scatter ? N : n;
+  const Result r = result(x, true, xt.one_d, xt.rows, cols);
+  if (scatter) fill_rows(r, xt.rows, cols, nullptr);
+  pbops::row(wt, w.data_ptr(), K, xt.data, xt.rows, ids, n, b, relu, r.f32, cols, scatter,
+             threads());
+  return finish(r);
 }
 
+// y = init + sum_j coeffs[:, j] W_t[idx[j]] in coeffs' dtype and shape ([B, D] or [D]).
 at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor& idx,
                 const std::optional<at::Tensor>& init, bool check) {
   check_weight(w_t, "w_t");
   const pbops::WType wt = weight_type(w_t, "w_t");
   const int64_t N = w_t.size(0), D = w_t.size(1);
-  const at::Tensor ids = active_ids(idx, N, check);
-  const at::Tensor cf = as_f32_2d(coeff, ids.numel(), "coeffs");
-  const int64_t B = cf.size(0);
-  at::Tensor out;
+  at::Tensor idk, ck, ik;
+  const int64_t* ids = id_data(idx, N, check, idk);
+  const int64_t n = idx.numel();
+  const Tokens c = tokens(coeff, n, "coeffs", 0, ck);
+  const float* b = nullptr;
   if (init.has_value()) {
-    TORCH_CHECK_VALUE(init->dim() == 1 && init->size(0) == D, "bias must have shape [", D, "]");
-    // clone: for B == 1 an fp32 bias would otherwise be aliased and written in place
-    out = init->to(at::kFloat).reshape({1, D}).expand({B, D}).clone(
-        at::MemoryFormat::Contiguous);
-  } else {
-    out = at::zeros({B, D}, cf.options());
+    TORCH_CHECK_VALUE(init->dim() == 1 && init->size(0) == D, "bias must have shape (", D,
+                      ",), got ", init->sizes());
+    b = as_f32(*init, "bias", 1, ik);
   }
-  pbops::axpy(wt, w_t.data_ptr(), D, cf.data_ptr<float>(), cf.size(1), B,
-              ids.data_ptr<int64_t>(), ids.numel(), out.data_ptr<float>(), threads());
-  return out;
+  const Result r = result(coeff, true, c.one_d, c.rows, D);
+  fill_rows(r, c.rows, D, b);
+  pbops::axpy(wt, w_t.data_ptr(), D, c.data, n, c.rows, ids, n, r.f32, threads());
+  return finish(r);
 }
 
 // ---- the fused FFNs: one output allocation, scratch in thread-local buffers --------------
@@ -136,15 +213,7 @@ const float* x_data(const at::Tensor& x, int64_t K, at::Tensor& keep, int64_t& r
   TORCH_CHECK_VALUE(x.size(1) == K, "x has ", x.size(1), " features, expected ", K);
   TORCH_CHECK_VALUE(x.size(0) >= 1, "x must hold at least one token");
   rows = x.size(0);
-  return f32_data(x, keep);
-}
-
-// The active list as int64 data (validated when `check`).
-const int64_t* id_data(const at::Tensor& idx, int64_t limit, bool check, at::Tensor& keep) {
-  if (!check && idx.scalar_type() == at::kLong && idx.dim() == 1 && idx.is_contiguous())
-    return idx.data_ptr<int64_t>();
-  keep = active_ids(idx, limit, check);
-  return keep.data_ptr<int64_t>();
+  return as_f32(x, "x", 0, keep);
 }
 
 float* scratch(int slot, int64_t n) {
@@ -167,10 +236,11 @@ at::Tensor output(const at::Tensor& like, int64_t B, int64_t D, const float* bia
 
 void check_pair(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
   check_weight(a, an);
+  TORCH_CHECK_VALUE(a.sizes() == b.sizes(), bn, " has shape ", b.sizes(), ", expected ",
+                    a.sizes(), " like ", an, " (both [d_ffn, d_model])");
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), bn, " is ", b.scalar_type(), " but ", an,
+                   " is ", a.scalar_type());
   check_weight(b, bn);
-  TORCH_CHECK_VALUE(a.sizes() == b.sizes(), an, " and ", bn,
-                    " must both be [d_ffn, d_model], got ", a.sizes(), " and ", b.sizes());
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), an, " and ", bn, " dtypes differ");
 }
 
 // y += relu(W1[ids] x + b1[ids]) . W2t[ids]
@@ -195,34 +265,36 @@ void gated_ffn_into(const at::Tensor& wg, const at::Tensor& wu, const at::Tensor
   pbops::axpy(wt, wd_t.data_ptr(), K, h, n, B, ids, n, y, threads());
 }
 
+// in_dtype: y in x's dtype and shape (the public API), else fp32 [B, d_model] (prepare_ffn)
 at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                     const at::Tensor& w2_t, const std::optional<at::Tensor>& b2,
-                    const at::Tensor& idx, bool check) {
+                    const at::Tensor& idx, bool check, bool in_dtype) {
   check_pair(w1, "w1", w2_t, "w2_t");
   const int64_t N = w1.size(0), K = w1.size(1);
   at::Tensor xk, b1k, b2k, idk;
-  int64_t B = 0;
-  const float* xf = x_data(x, K, xk, B);
+  const Tokens xt = tokens(x, K, "x", 0, xk);
   const float* b1p = bias_data(b1, b1k, N, "b1");
   const float* b2p = bias_data(b2, b2k, K, "b2");
   const int64_t* ids = id_data(idx, N, check, idk);
-  at::Tensor y = output(x, B, K, b2p);
-  relu_ffn_into(w1, b1p, w2_t, xf, B, ids, idx.numel(), y.data_ptr<float>());
-  return y;
+  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K);
+  fill_rows(r, xt.rows, K, b2p);
+  relu_ffn_into(w1, b1p, w2_t, xt.data, xt.rows, ids, idx.numel(), r.f32);
+  return finish(r);
 }
 
 at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu,
-                     const at::Tensor& wd_t, const at::Tensor& idx, int64_t kind, bool check) {
+                     const at::Tensor& wd_t, const at::Tensor& idx, int64_t kind, bool check,
+                     bool in_dtype) {
   check_pair(wg, "w_gate", wu, "w_up");
   check_pair(wg, "w_gate", wd_t, "w_down_t");
   const int64_t N = wg.size(0), K = wg.size(1);
   at::Tensor xk, idk;
-  int64_t B = 0;
-  const float* xf = x_data(x, K, xk, B);
+  const Tokens xt = tokens(x, K, "x", 0, xk);
   const int64_t* ids = id_data(idx, N, check, idk);
-  at::Tensor y = output(x, B, K, nullptr);
-  gated_ffn_into(wg, wu, wd_t, kind, xf, B, ids, idx.numel(), y.data_ptr<float>());
-  return y;
+  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K);
+  fill_rows(r, xt.rows, K, nullptr);
+  gated_ffn_into(wg, wu, wd_t, kind, xt.data, xt.rows, ids, idx.numel(), r.f32);
+  return finish(r);
 }
 
 // 0, 1, ..., n-1 (grown on demand): the "every row" index list of a dense row pass.
@@ -369,21 +441,6 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
 // x [..., K] fp32/fp16/bf16 on the CPU, w [N, K] fp32/fp16/bf16, bias [N] any float dtype;
 // y [..., N] in x's dtype, accumulated in fp32. The only allocation is y: x and bias are
 // read in place when fp32 contiguous, else converted into per-thread scratch.
-float* linear_scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[slot];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
-
-const float* as_f32(const at::Tensor& t, const char* name, int slot, at::Tensor& keep) {
-  if (t.scalar_type() == at::kFloat) return f32_data(t, keep);
-  const at::Tensor c = t.is_contiguous() ? t : (keep = t.contiguous());
-  float* dst = linear_scratch(slot, c.numel());
-  pbops::to_float(weight_type(c, name), c.data_ptr(), c.numel(), dst);
-  return dst;
-}
-
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
@@ -517,10 +574,10 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         &row);
   m.def("axpy(Tensor w_t, Tensor coeffs, Tensor idx, Tensor? bias, bool check) -> Tensor", &axpy);
   m.def("ffn_relu(Tensor x, Tensor w1, Tensor? b1, Tensor w2_t, Tensor? b2, Tensor idx,"
-        " bool check) -> Tensor",
+        " bool check, bool in_dtype=False) -> Tensor",
         &ffn_relu);
   m.def("ffn_gated(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t, Tensor idx, int kind,"
-        " bool check) -> Tensor",
+        " bool check, bool in_dtype=False) -> Tensor",
         &ffn_gated);
   m.def("ffn_relu_predicted(Tensor x, Tensor p_w1, Tensor? p_b1, Tensor p_w2_t, Tensor? p_b2,"
         " float threshold, bool hidden_relu, Tensor w1, Tensor? b1, Tensor w2_t, Tensor? b2)"

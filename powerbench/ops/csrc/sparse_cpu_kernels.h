@@ -46,6 +46,9 @@ void activate(float* a, int64_t n, GatedKind kind);
 // dst[i] = float(src[i]) for i < n (src of type t).
 void to_float(WType t, const void* src, int64_t n, float* dst);
 
+// dst[i] = T(src[i]) for i < n (dst of type t, rounded to nearest even as the kernels round).
+void from_float(WType t, const float* src, int64_t n, void* dst);
+
 // Sum of buf[0..n) read with all threads (memory read-bandwidth probe).
 double read_sum(const float* buf, int64_t n, int threads);
 
