@@ -41,12 +41,15 @@ def _use(uri: str) -> list[tuple]:
 def test_a_store_from_the_template_is_the_store_mlflow_makes(tmp_path, monkeypatch):
     monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path / "cache"))
     copied, migrated = tmp_path / "a" / "copied.db", tmp_path / "b" / "migrated.db"
+    assert not create_sqlite_store(copied)  # no folder: MLflow's error, as before
+    copied.parent.mkdir()
+    migrated.parent.mkdir()
     assert create_sqlite_store(copied)
     assert template_path().is_relative_to(tmp_path / "cache")
     used_copy, used_migrated = _use(f"sqlite:///{copied}"), _use(f"sqlite:///{migrated}")
-    # the Default experiment is this store's own (artifacts beside it), as MLflow makes it
-    assert used_copy == [("0", "Default", str(copied.parent / "mlruns" / "0")),
-                         ("1", "e", (copied.parent / "mlartifacts" / "e").as_uri())]
+    # the Default experiment is made on first open, where MLflow puts it for this store
+    assert used_copy[0] == used_migrated[0] and used_copy[0][:2] == ("0", "Default")
+    assert used_copy[1] == ("1", "e", (copied.parent / "mlartifacts" / "e").as_uri())
     assert [row[:2] for row in used_copy] == [row[:2] for row in used_migrated]
     assert _tables(copied) == _tables(migrated)
     revision = "SELECT version_num FROM alembic_version"
