@@ -145,7 +145,7 @@ def sync_queue(uri: str, probe: bool = True) -> SyncReport:
     `probe=False`: the caller has just found the server reachable."""
     from mlflow.tracking import MlflowClient
 
-    from powerbench.tracking.store import is_remote, server_reachable
+    from powerbench.tracking.store import create_if_new, is_remote, server_reachable
 
     report = SyncReport()
     records = queued(uri)
@@ -154,6 +154,7 @@ def sync_queue(uri: str, probe: bool = True) -> SyncReport:
     if probe and is_remote(uri) and not server_reachable(uri):
         report.left = len(records)
         return report
+    create_if_new(uri)
     client = MlflowClient(tracking_uri=uri)
     parents: dict[str, str] = {}
     from powerbench.tracking.tracker import ensure_experiment

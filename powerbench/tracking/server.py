@@ -24,6 +24,15 @@ from powerbench.tracking.store import server_reachable
 log = logging.getLogger(__name__)
 
 DATABASE = "mlflow"
+# MLflow 3's server also starts its job execution (a job runner and three huey consumers,
+# for GenAI jobs) unless told not to: powerbench does not use it, and on a small machine
+# those processes cost seconds of CPU at every start. An explicit setting is kept.
+NO_JOB_EXECUTION = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+def server_env() -> dict[str, str]:
+    """The environment of `mlflow server`: this one, without job execution unless set."""
+    return {**NO_JOB_EXECUTION, **os.environ}
 
 
 class ServerError(RuntimeError):
@@ -101,7 +110,7 @@ class TrackingServer:
             [str(self.mlflow), "server", "--host", self.host, "--port", str(self.port),
              "--backend-store-uri", self.backend_uri, "--artifacts-destination",
              str(artifacts), "--workers", "1"],
-            stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+            stdout=log_path.open("ab"), stderr=subprocess.STDOUT, env=server_env())
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self._process.poll() is not None:

@@ -58,6 +58,16 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def create_if_new(uri: str) -> None:
+    """A SQLite store that does not exist yet is created from the empty, already-migrated
+    template (powerbench.tracking.empty_store); other stores are left alone."""
+    from powerbench.tracking.empty_store import create_sqlite_store
+
+    path = sqlite_path(uri)
+    if path is not None:
+        create_sqlite_store(path)
+
+
 def artifact_root(uri: str) -> str | None:
     """Where a SQLite store's artifacts go: `mlartifacts/` beside its database file (the
     default store's is <cache>/mlartifacts); None for servers (they choose)."""
@@ -92,6 +102,7 @@ def check_writable(uri: str) -> None:
                                  "path, or tracking=disabled") from err
     if sqlite_path(uri) is None:
         return
+    create_if_new(uri)  # not an empty file left by the open below: MLflow would migrate it
     try:
         with sqlite3.connect(path, timeout=5) as db:
             db.execute("BEGIN IMMEDIATE")  # takes the write lock: the file is writable

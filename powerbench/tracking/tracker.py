@@ -26,6 +26,7 @@ from powerbench.tracking.queue import QUEUE_TAG, RunRecord, sync_queue
 from powerbench.tracking.store import (
     artifact_root,
     check_writable,
+    create_if_new,
     is_remote,
     resolve_uri,
     runs_link,
@@ -123,6 +124,7 @@ class Tracker:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
+            create_if_new(self.uri)
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 

@@ -216,8 +216,9 @@ def test_a_failing_target_keeps_the_others_and_exits_non_zero(run_cli, tmp_path,
     assert str(tmp_path) not in report
 
 
-# every target's reduced sweep end to end: child sweep (parallel launcher) into a fresh
-# store, the figure, its MLflow record and the report; what each quick table must hold
+# every target's reduced sweep end to end, as `powerbench reproduce --quick all` runs them:
+# one child sweep (parallel launcher) per target into one fresh store and one cache, each
+# target's figure, its MLflow record and the one report; what each quick table must hold
 QUICK = {
     "fig10": {"model": ["opt_30b"]}, "fig11": {"model": ["opt_13b"]},
     "fig12": {"model": ["opt_30b"], "hardware": ["pc_high"]},
@@ -235,22 +236,57 @@ def test_every_target_has_a_quick_check():
     assert set(QUICK) == set(TARGETS)
 
 
+@pytest.fixture(scope="module")
+def quick_run(request, tmp_path_factory):
+    """`powerbench reproduce --quick all task.fresh_store=true` (only the targets whose
+    test below is selected, when not all are), run once for the module's per-target
+    checks: (command, output folder, root folder, the task's exit message or None). A
+    failing target does not stop the others (the task exits non-zero at the end, naming
+    it): each target's test fails on its own."""
+    from powerbench.cli import main
+
+    selected = sorted({item.callspec.params["name"] for item in request.session.items
+                       if item.originalname == "test_quick_target_end_to_end"})
+    names = ["all"] if selected == sorted(TARGETS) else selected
+    root = tmp_path_factory.mktemp("quick")
+    out = root / "results"
+    try:
+        main(["reproduce", "--quick", *names, f"task.out_dir={out}", "task.fresh_store=true",
+              f"cache_dir={root / 'cache'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+              f"hydra.run.dir={root / 'run'}", f"hydra.sweep.dir={root / 'sweep'}"])
+        failed = None
+    except SystemExit as exit_:
+        failed = str(exit_)
+    command = " ".join(["powerbench reproduce --quick", *names, "task.fresh_store=true"])
+    return command, out, root, failed
+
+
+def _section(report: str, name: str) -> str:
+    """The report's `## name: title` section (up to the next `## `)."""
+    start = report.index(f"\n## {name}: ")
+    end = report.find("\n## ", start + 1)
+    return report[start:end if end >= 0 else None]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
-def test_quick_target_end_to_end(run_cli, tmp_path, name):
-    out = tmp_path / "results"
-    run_cli(["reproduce", "--quick", name, f"task.out_dir={out}", "task.fresh_store=true"])
+def test_quick_target_end_to_end(quick_run, name):
+    command, out, root, failed = quick_run
+    section = _section(check_stamped_text(out / "README.md"), name)
+    assert "**FAILED**" not in section, section
+    assert failed is None or f"'{name}'" not in failed, failed
     table = read_stamped_csv(out / f"{name}.csv")
     assert len(table) > 0
     for column, values in QUICK[name].items():
         assert sorted(table[column]) == sorted(values), column
     assert (out / f"{name}.png").stat().st_size > 5_000
     report = check_stamped_text(out / "README.md")
-    assert f"`powerbench reproduce --quick {name} task.fresh_store=true`" in report
-    assert f"## {name}" in report and "the reduced `--quick` sweep" in report
-    assert str(tmp_path) not in report
+    assert f"`{command}`" in report
+    assert f"| {name} | ran now (quick) | " in report
+    assert "ran now (the reduced `--quick` sweep)" in section
+    assert str(root) not in report
     for published in TARGETS[name].published:
-        assert f"| {published.label} | {published.value:g} |" in report
+        assert f"| {published.label} | {published.value:g} |" in section
 
 
 def test_report_only_runs_nothing_and_redraws_from_the_store(run_cli, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ import pytest
 from powerbench.tracking import Tracker
 from powerbench.tracking.config import TrackingConfig
 from powerbench.tracking.queue import queued
+from powerbench.tracking.server import server_env
 from powerbench.tracking.store import TrackingStoreError
 
 SIM = ["model=opt_13b", "hardware=pc_low", "solver=greedy", "simulator=cost_model", "~engine"]
@@ -64,7 +65,7 @@ def test_queued_runs_sync_to_the_server_once_it_is_back(run_cli, own_queue, tmp_
         [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
          "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}",
          "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_env())
     try:
         from powerbench.tracking.store import server_reachable
 

@@ -63,3 +63,12 @@ def test_sweep_survives_the_server_stopping_midway(server, run_cli, monkeypatch,
     parent = runs[runs["tags.sweep"] == "true"]
     assert len(parent) == 1 and parent.iloc[0]["status"] == "FINISHED"
     assert set(jobs["tags.mlflow.parentRunId"]) == {parent.iloc[0]["run_id"]}
+
+
+def test_the_server_runs_without_mlflow_job_execution_unless_asked(monkeypatch):
+    from powerbench.tracking.server import server_env
+
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
+    assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")  # asked for: kept
+    assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"

@@ -17,9 +17,12 @@ from powerbench.tracking.queue import queued
 
 SIM = ["model=opt_13b", "hardware=pc_low", "solver=greedy", "simulator=cost_model", "~engine"]
 
-# a sweep whose first job hangs in its pipeline (so the signal lands mid-job)
+# a sweep whose first job hangs in its pipeline (so the signal lands mid-job); Ctrl-C
+# acts as in a terminal even when this test runs in the background (a shell starts
+# background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored)
 HANGING_SWEEP = (
-    "import sys, time\n"
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "import powerbench.pipeline as pipeline\n"
     "def hang(ctx):\n"
     "    print('JOB STARTED', flush=True)\n"
