@@ -10,7 +10,6 @@ SIMULATED numbers: they do not depend on this machine's load.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pandas as pd
 
 from powerbench.config import PowerbenchConfig
 from powerbench.hardware import HardwareProfile
+from powerbench.load_window import utc_now
 from powerbench.paths import results_dir
 from powerbench.simulator.config import SimulatorConfig, TokenOverlapConfig
 from powerbench.tasks.calibration_set import (
@@ -220,7 +220,7 @@ def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float) -> str:
     within, within_before = int(table["within"].sum()), int(table["previous_within"].sum())
     lines = [
         "# Calibration rows and their sensitivity (SIMULATED)", "",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
+        f"Generated {utc_now()} by "
         "`powerbench sensitivity` (`task.page_only=true` redraws this page from the CSVs). "
         "Simulated numbers do not depend on the machine; every run the rows read is placed "
         "once and re-costed per variant. Do not edit by hand.", "",

@@ -268,3 +268,16 @@ def test_pi2_ablation_table_orders_steps_and_divides_by_the_baseline(tmp_path):
     table = figure(tracking_uri=uri, out_dir=tmp_path).table
     assert list(table.step) == [label for label, _ in STEPS]
     assert list(table.decode_speedup_vs_baseline) == pytest.approx([1, 2, 3, 4, 5])
+
+
+def test_calibration_set_is_the_ten_pc_rows() -> None:
+    """The calibration set is issue 26's ten PC rows (fig10-13, fig18); PowerInfer-2 rows
+    and the other countings shown beside fig10's rows are validation / not scored."""
+    from powerbench.tasks.calibration_set import CALIBRATION
+
+    calib = [(name, p.label) for name, t in TARGETS.items() for p in t.published
+             if p.calibration]
+    assert len(calib) == 10
+    assert {name for name, _ in calib} == set(CALIBRATION)
+    assert all(p.scored for t in TARGETS.values() for p in t.published if p.calibration)
+    assert not any(p.label.startswith("[") for t in TARGETS.values() for p in t.published)

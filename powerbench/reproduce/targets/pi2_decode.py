@@ -37,9 +37,9 @@ TARGET = Target(
     name="pi2_decode", figure=figure, experiment="pi2_decode",
     published=(
         Published("TurboSparse-Mixtral-47B decode tok/s, OnePlus 12", 11.68, mixtral_oneplus12,
-                  SOURCE, calibration=True),
+                  SOURCE),
         # v1's abstract: "up to 29.2x" over the state of the art (v3: 27.8x); the project
         # page puts Mixtral-47B at "up to 22x", so the maximum is in the 7B models' decode
         # comparison with half of the FFN in flash (solver.ffn_offload_fraction=0.5 rows)
         Published("max decode speedup over the baselines", 29.2, max_speedup,
-                  SOURCE + " (v1; www.powerinfer.ai/v2)", calibration=True)))
+                  SOURCE + " (v1; www.powerinfer.ai/v2)")))

@@ -58,5 +58,4 @@ TARGET = Target(
     name="pi2_memory", figure=figure, experiment="pi2_memory",
     published=(Published("PowerInfer-2 DRAM / llama.cpp DRAM at equal decode speed (model fits)",
                          0.6, memory_ratio,
-                         PI2_PAPER.format("abstract / evaluation headline (~40% less memory)"),
-                         calibration=True),))
+                         PI2_PAPER.format("abstract / evaluation headline (~40% less memory)")),))
