@@ -67,15 +67,15 @@ def working_set_matrices(nbytes: float, shapes: Sequence[tuple[int, int]],
 
 def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = torch.float32,
                           threads: int | None = None, repeats: int = 31,
-                          rows: int | None = None, timer: Timer = _median_time,
+                          timer: Timer = _median_time,
                           shapes: Sequence[tuple[int, int]] | None = None) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of weight matrices (one product
     each, like a model's), computed by the decoder's own dense projection
     (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16 weights,
     torch's for fp32). `shapes`: the [out, in] matrices in the engine's order, repeated
     until the working set is full (`layer_matrix_shapes`: a decoder layer's, so each call
-    streams what the engine's does, in its mix of tall and long-row matrices); else
-    [rows, dim] matrices (`rows` None: 1 MB pieces). The twin charges each call's fixed
+    streams what the engine's does, in its mix of tall and long-row matrices); else 1 MB
+    [rows, dim] pieces. The twin charges each call's fixed
     cost separately (per operator), so this is meant to be the streaming rate: 1 MB pieces
     of a 4096-wide fp16 model spend a large share of each call on dispatch."""
     from powerbench.engine.linear import make_linear
@@ -83,7 +83,7 @@ def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = to
     linear = make_linear()
     elem = torch.tensor([], dtype=dtype).element_size()
     if shapes is None:
-        shapes = [(rows or max(int(2**20 // (dim * elem)), 1), dim)]
+        shapes = [(max(int(2**20 // (dim * elem)), 1), dim)]
     layout = working_set_matrices(nbytes, shapes, elem)
     mats = [torch.randn(r, c, dtype=dtype) for r, c in layout]
     xs = {c: torch.randn(1, c, dtype=dtype) for _, c in layout}
