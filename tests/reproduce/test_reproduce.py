@@ -272,7 +272,8 @@ def _section(report: str, name: str) -> str:
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_quick_target_end_to_end(quick_run, name):
     command, out, root, failed = quick_run
-    section = _section(check_stamped_text(out / "README.md"), name)
+    report = check_stamped_text(out / "README.md")
+    section = _section(report, name)
     assert "**FAILED**" not in section, section
     assert failed is None or f"'{name}'" not in failed, failed
     table = read_stamped_csv(out / f"{name}.csv")
@@ -280,7 +281,6 @@ def test_quick_target_end_to_end(quick_run, name):
     for column, values in QUICK[name].items():
         assert sorted(table[column]) == sorted(values), column
     assert (out / f"{name}.png").stat().st_size > 5_000
-    report = check_stamped_text(out / "README.md")
     assert f"`{command}`" in report
     assert f"| {name} | ran now (quick) | " in report
     assert "ran now (the reduced `--quick` sweep)" in section
