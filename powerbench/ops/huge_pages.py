@@ -113,7 +113,9 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
         if err:
             reasons.append(f"{name}: {os.strerror(err)}")
     huge = huge_bytes_in(start, end)
-    if not reasons and huge < end - start:
+    if huge >= end - start:  # all of it on huge pages: a refused advice cost nothing
+        return HugePages(nbytes, huge)
+    if not reasons:
         reasons.append(f"{(end - start - huge) >> 20} MiB of the aligned range not on huge pages")
     return HugePages(nbytes, huge, "; ".join(reasons))
 
