@@ -69,8 +69,10 @@ def commands(target: Target, opts: RunOptions) -> list[list[str]]:
         return [[*target.command, *_common(opts), f"hydra.run.dir={base / 'run'}",
                  f"hydra.sweep.dir={base / 'sweep'}", *quick]]
     sweeps = target.sweeps[:1] if opts.quick else target.sweeps
-    return [["--multirun", f"experiment={target.experiment}", "hydra/launcher=parallel",
-             f"hydra.launcher.n_jobs={opts.n_jobs}", *_common(opts),
+    # one job at a time runs in the sweep's own process (no worker processes to start)
+    launcher = (["hydra/launcher=parallel", f"hydra.launcher.n_jobs={opts.n_jobs}"]
+                if opts.n_jobs > 1 else ["hydra/launcher=basic"])
+    return [["--multirun", f"experiment={target.experiment}", *launcher, *_common(opts),
              f"hydra.sweep.dir={base / f'sweep{i}'}", *sweep, *quick]
             for i, sweep in enumerate(sweeps)]
 

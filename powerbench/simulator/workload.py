@@ -104,8 +104,8 @@ def _moe_routed(union: np.ndarray, n_experts: int) -> np.ndarray:
 
 def _side_counts(mask: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(on GPU, on CPU) counts of a bool [G, N] mask."""
-    on_gpu = mask[:, gpu].sum(axis=1).astype(np.float64)
-    return on_gpu, mask.sum(axis=1).astype(np.float64) - on_gpu
+    on_gpu = np.count_nonzero(mask & gpu, axis=1).astype(np.float64)
+    return on_gpu, np.count_nonzero(mask, axis=1).astype(np.float64) - on_gpu
 
 
 def overlap_scale(p: np.ndarray, on_side: np.ndarray, rows: int, rho: float) -> float:

@@ -264,7 +264,9 @@ class ReproduceTask:
     targets: builtins.list[str] = field(default_factory=builtins.list)
     list: bool = False  # print the targets and exit (`--list`)
     quick: bool = False  # each target's reduced sweep (`--quick`)
-    n_jobs: int = 2  # parallel jobs of each sweep (hydra/launcher=parallel)
+    # parallel jobs of each sweep (hydra/launcher=parallel); 1: one job after another in the
+    # sweep's own process (hydra/launcher=basic, no worker processes to start)
+    n_jobs: int = 2
     out_dir: str | None = None  # figures, CSVs and README.md (None: results/reproduction/)
     fresh_store: bool = False  # log to a new MLflow store in the run directory
     report_only: bool = False  # run nothing: redraw every figure and the report from the store

@@ -58,6 +58,8 @@ def listing() -> str:
 
 def command_line(task: ReproduceTask) -> str:
     flags = [f"task.{f}=true" for f in ("fresh_store", "report_only") if getattr(task, f)]
+    if task.n_jobs != ReproduceTask.n_jobs:
+        flags.append(f"task.n_jobs={task.n_jobs}")
     return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
                      *task.targets, *flags])
 

@@ -48,6 +48,9 @@ def test_quick_runs_only_the_first_sweep_reduced(tmp_path):
     assert args[-2:] == ["model=opt_66b", "bench.new_tokens=128"]
     full = commands(TARGETS["fig13"], RunOptions("sqlite:///x.db", tmp_path, tmp_path))
     assert len(full) == 2 and "hardware=pc_low" in full[1]
+    (single,) = commands(TARGETS["fig13"], replace(opts, n_jobs=1))
+    assert single[:3] == ["--multirun", "experiment=fig13", "hydra/launcher=basic"]
+    assert not any(a.startswith("hydra.launcher.") for a in single)
 
 
 @pytest.mark.parametrize("name", [n for n, t in TARGETS.items() if t.experiment])
@@ -252,12 +255,14 @@ def quick_run(request, tmp_path_factory):
     out = root / "results"
     try:
         main(["reproduce", "--quick", *names, f"task.out_dir={out}", "task.fresh_store=true",
+              "task.n_jobs=1",
               f"cache_dir={root / 'cache'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
               f"hydra.run.dir={root / 'run'}", f"hydra.sweep.dir={root / 'sweep'}"])
         failed = None
     except SystemExit as exit_:
         failed = str(exit_)
-    command = " ".join(["powerbench reproduce --quick", *names, "task.fresh_store=true"])
+    command = " ".join(["powerbench reproduce --quick", *names, "task.fresh_store=true",
+                        "task.n_jobs=1"])
     return command, out, root, failed
 
 
