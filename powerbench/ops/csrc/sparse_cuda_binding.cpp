@@ -164,10 +164,10 @@ at::Tensor axpy_workspace(const at::Tensor& w_t, int64_t B, const ActiveSet& s,
 }
 
 // y = coeff-weighted rows of w_t (+ bias), in `out_options`' dtype. `ws` from
-// axpy_workspace; `zeroed`: an earlier kernel of this call already cleared it.
+// axpy_workspace; `after_row`: the row kernel just launched cleared it and writes coeff.
 at::Tensor axpy_into(const at::Tensor& w_t, const pbcuda::Typed coeff, int64_t ldc, int64_t B,
                      const ActiveSet& s, const std::optional<at::Tensor>& bias,
-                     const at::TensorOptions& out_options, const at::Tensor& ws, bool zeroed) {
+                     const at::TensorOptions& out_options, const at::Tensor& ws, bool after_row) {
   const pbcuda::DType wt = weight_type(w_t, "w_t");
   const int64_t D = w_t.size(1);
   at::Tensor bias_keep;
@@ -175,7 +175,7 @@ at::Tensor axpy_into(const at::Tensor& w_t, const pbcuda::Typed coeff, int64_t l
   at::Tensor out = at::empty({B, D}, out_options);
   ok(pbcuda::launch_axpy(wt, w_t.data_ptr(), D, coeff, ldc, B, s.a, b,
                          dtype_of(out.scalar_type()), out.data_ptr(),
-                         ws.defined() ? ws.data_ptr() : nullptr, zeroed,
+                         ws.defined() ? ws.data_ptr() : nullptr, after_row,
                          num_sms(w_t.get_device()), stream()));
   return out;
 }

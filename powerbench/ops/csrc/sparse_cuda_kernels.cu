@@ -127,6 +127,21 @@ __device__ __forceinline__ void zero_words(void* p, int64_t words) {
     static_cast<unsigned*>(p)[i] = 0u;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops when a grid has no such dependency): an FFN's
+// row kernel lets its axpy be launched while it still runs, and the axpy waits for the row
+// kernel's results (h, the cleared workspace) only where it needs them.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Active slot j -> neuron id r; false when the neuron is inactive (threshold mode).
 __device__ __forceinline__ bool resolve(const Active& a, int64_t j, int64_t& r) {
   if (a.idx != nullptr) {
@@ -241,6 +256,7 @@ __global__ void __launch_bounds__(W * 32)
                Active a, Typed bias, bool relu, DType ot, void* __restrict__ out, int64_t ldo,
                bool scatter, bool vec, void* zero, int64_t zero_n) {
   zero_words(zero, zero_n);
+  allow_dependent_launch();
   const int lane = threadIdx.x & 31;
   const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
   if (j0 >= a.n) return;
@@ -273,6 +289,7 @@ __global__ void __launch_bounds__(W * 32)
                  const XT* __restrict__ x, int64_t B, Active a, GatedKind kind,
                  float* __restrict__ h, bool vec, void* zero, int64_t zero_n) {
   zero_words(zero, zero_n);
+  allow_dependent_launch();
   const int lane = threadIdx.x & 31;
   const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
   if (j0 >= a.n) return;
@@ -374,6 +391,7 @@ __global__ void __launch_bounds__(kThreads, TB == 1 ? 4 : 2)
   const int64_t b0 = int64_t(blockIdx.z) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
   const bool in_range = col < D;
+  wait_for_prerequisites();  // h and the workspace come from the FFN's row kernel
   float acc[TB][N];
 #pragma unroll
   for (int t = 0; t < TB; ++t)
@@ -538,6 +556,20 @@ AxpyPlan plan_axpy(DType wt, int64_t D, int64_t B, int64_t n, int num_sms, bool 
   return p;
 }
 
+// Programmatic dependent launch needs compute capability 9.0 (read once per device).
+bool programmatic_launch_supported() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static int cached[64] = {};  // 0 unknown, 1 no, 2 yes; a benign race (same value written)
+  if (device < 0 || device >= 64) return false;
+  if (cached[device] == 0) {
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+                    cudaSuccess && major >= 9;
+    cached[device] = ok ? 2 : 1;
+  }
+  return cached[device] == 2;
+}
+
 size_t plan_workspace(const AxpyPlan& p, int64_t D, int64_t B) {
   if (p.splits <= 1) return 0;
   return size_t(B) * size_t(D) * sizeof(float) + size_t(p.gx) * p.gz * sizeof(unsigned);
@@ -592,7 +624,7 @@ size_t axpy_workspace_bytes(DType wt, int64_t D, int64_t B, int64_t n, int num_s
 
 cudaError_t launch_axpy(DType wt, const void* w_t, int64_t D, Typed coeff, int64_t ldc,
                         int64_t B, Active a, Typed bias, DType ot, void* out, void* workspace,
-                        bool workspace_zeroed, int num_sms, cudaStream_t stream) {
+                        bool after_row_kernel, int num_sms, cudaStream_t stream) {
   if (B == 0 || D == 0) return cudaSuccess;
   const bool vec = D % vec_width(wt) == 0 && aligned(w_t, 16);
   const AxpyPlan p = plan_axpy(wt, D, B, a.n, num_sms, vec);
@@ -600,26 +632,29 @@ cudaError_t launch_axpy(DType wt, const void* w_t, int64_t D, Typed coeff, int64
   unsigned* counters = nullptr;
   if (p.splits > 1) {
     if (workspace == nullptr) return cudaErrorInvalidValue;
-    if (!workspace_zeroed) {
+    if (!after_row_kernel) {
       const cudaError_t err = cudaMemsetAsync(workspace, 0, plan_workspace(p, D, B), stream);
       if (err != cudaSuccess) return err;
     }
     ws = static_cast<float*>(workspace);
     counters = reinterpret_cast<unsigned*>(ws + B * D);
   }
-  const dim3 grid(p.gx, p.splits, p.gz);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.gx, p.splits, p.gz);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (after_row_kernel && programmatic_launch_supported()) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
   return with_type(wt, [&](auto wtag) {
     using WT = typename decltype(wtag)::type;
-    if (B <= 1) {
-      axpy_kernel<WT, 1, 8><<<grid, kThreads, 0, stream>>>(
-          static_cast<const WT*>(w_t), D, coeff, ldc, B, a, bias, ot, out, ws, counters,
-          p.rows_per_split, vec);
-    } else {
-      axpy_kernel<WT, kMaxTokens, 8><<<grid, kThreads, 0, stream>>>(
-          static_cast<const WT*>(w_t), D, coeff, ldc, B, a, bias, ot, out, ws, counters,
-          p.rows_per_split, vec);
-    }
-    return cudaGetLastError();
+    auto kernel = B <= 1 ? axpy_kernel<WT, 1, 8> : axpy_kernel<WT, kMaxTokens, 8>;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<const WT*>(w_t), D, coeff, ldc, B, a,
+                              bias, ot, out, ws, counters, p.rows_per_split, vec);
   });
 }
 

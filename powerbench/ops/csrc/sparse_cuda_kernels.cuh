@@ -35,7 +35,7 @@ struct Active {
 
 // x (row, gated) is fp32 or of the weights' dtype (cudaErrorInvalidValue otherwise).
 // `zero` (optional): zero_bytes (a multiple of 4) at zero are cleared by the same launch,
-// e.g. the workspace of the axpy that follows (launch_axpy(..., workspace_zeroed = true)).
+// e.g. the workspace of the axpy that follows (launch_axpy(..., after_row_kernel = true)).
 // out[b, col] = act(W[r] . x[b] + bias[r]) for active r, written as `ot`; col = j (compact),
 // r (scatter: out pre-zeroed). In threshold mode col = r and inactive neurons get a 0.
 cudaError_t launch_row(DType wt, const void* w, int64_t K, DType xt, const void* x, int64_t B,
@@ -55,10 +55,13 @@ size_t axpy_workspace_bytes(DType wt, int64_t D, int64_t B, int64_t n, int num_s
 
 // out[b, :] = sum_j coeff[b, j] * Wt[r_j, :] (+ bias), written as `ot` (no pre-zeroing).
 // Neurons are split across blocks; with several splits the partial sums meet in an fp32
-// workspace (zeroed here with one cudaMemsetAsync unless workspace_zeroed) and the last
-// block of each column tile to finish writes the result.
+// workspace and the last block of each column tile to finish writes the result.
+// after_row_kernel: the previous launch on `stream` is this FFN's launch_row / launch_gated,
+// which cleared the workspace and writes `coeff`; the axpy is then launched as its
+// programmatic dependent (sm_90+: its launch overlaps the row kernel's tail). Otherwise the
+// workspace is zeroed here with one cudaMemsetAsync.
 cudaError_t launch_axpy(DType wt, const void* w_t, int64_t D, Typed coeff, int64_t ldc,
                         int64_t B, Active a, Typed bias, DType ot, void* out, void* workspace,
-                        bool workspace_zeroed, int num_sms, cudaStream_t stream);
+                        bool after_row_kernel, int num_sms, cudaStream_t stream);
 
 }  // namespace pbcuda
