@@ -43,6 +43,17 @@ __device__ __forceinline__ float load_any(Typed o, int64_t i) {
   }
 }
 
+// The same through L2 only (ld.global.cg): data another grid of this call wrote (the axpy's
+// coefficients come from the FFN's row kernel, which may still be finishing when the axpy
+// is launched; no L1 line of an earlier call can be hit).
+__device__ __forceinline__ float load_any_cg(Typed o, int64_t i) {
+  switch (o.t) {
+    case kF16: return __half2float(__ldcg(static_cast<const __half*>(o.p) + i));
+    case kBF16: return __bfloat162float(__ldcg(static_cast<const __nv_bfloat16*>(o.p) + i));
+    default: return __ldcg(static_cast<const float*>(o.p) + i);
+  }
+}
+
 __device__ __forceinline__ void store_any(void* p, DType t, int64_t i, float v) {
   switch (t) {
     case kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
@@ -348,7 +359,7 @@ __device__ __forceinline__ unsigned axpy_slots(const Active& a, Typed coeff, int
     bool any = false;
 #pragma unroll
     for (int t = 0; t < TB; ++t) {
-      if (my_live && t < nt) my_c[t] = load_any(coeff, (b0 + t) * ldc + c0 + lane);
+      if (my_live && t < nt) my_c[t] = load_any_cg(coeff, (b0 + t) * ldc + c0 + lane);
       any = any || my_c[t] != 0.0f;
     }
     my_live = my_live && any;
