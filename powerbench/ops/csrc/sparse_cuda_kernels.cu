@@ -516,8 +516,9 @@ cudaError_t with_type(DType t, F&& f) {
 
 // x is read as fp32 or as the weights' dtype (the binding converts any other x to fp32).
 // f(weight tag, x tag, rows per warp, token tile, 16-byte loads per row and pass, warps per
-// block): decode gets one row per warp with 16 loads in flight; batches 4 rows x 8 tokens
-// (~165 registers: 4-warp blocks fit 12 warps on an SM where 8-warp blocks fit 8).
+// block): decode gets one row per warp with 16 loads in flight; batches 4 rows x 8 tokens.
+// 4-warp blocks: the few active rows of a sparse layer spread over more SMs, and the
+// batched kernels (~165 registers) fit 12 warps on an SM where 8-warp blocks fit 8.
 template <typename F>
 cudaError_t with_row_config(DType wt, DType xt, int64_t B, F&& f) {
   if (xt != wt && xt != kF32) return cudaErrorInvalidValue;  // see launch_row
@@ -525,7 +526,7 @@ cudaError_t with_row_config(DType wt, DType xt, int64_t B, F&& f) {
     auto tiles = [&](auto xtag) {
       if (B <= 1) {
         return f(wtag, xtag, std::integral_constant<int, 1>{}, std::integral_constant<int, 1>{},
-                 std::integral_constant<int, 16>{}, std::integral_constant<int, 8>{});
+                 std::integral_constant<int, 16>{}, std::integral_constant<int, 4>{});
       }
       return f(wtag, xtag, std::integral_constant<int, 4>{},
                std::integral_constant<int, kMaxTokens>{}, std::integral_constant<int, 4>{},
