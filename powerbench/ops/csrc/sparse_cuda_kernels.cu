@@ -12,6 +12,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -568,8 +570,14 @@ AxpyPlan plan_axpy(DType wt, int64_t D, int64_t B, int64_t n, int num_sms, bool 
   return p;
 }
 
-// Programmatic dependent launch needs compute capability 9.0 (read once per device).
+// Programmatic dependent launch needs compute capability 9.0 (read once per device);
+// POWERBENCH_CUDA_PDL=0 turns it off (plain stream order, for A/B runs).
 bool programmatic_launch_supported() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("POWERBENCH_CUDA_PDL");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  if (!allowed) return false;
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   static int cached[64] = {};  // 0 unknown, 1 no, 2 yes; a benign race (same value written)
