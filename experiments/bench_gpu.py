@@ -4,6 +4,14 @@
     PYTHONPATH=. python3 experiments/bench_gpu.py hybrid [--model opt_6_7b] [--layers 8]
         [--shares 0.25 0.5] [--rounds 5] [--threads 8] [--no-simulate] [--publish]
 
+    PYTHONPATH=. python3 experiments/bench_gpu.py kernels [--shapes 4096x16384] [--batches 1 8]
+        [--sparsities 0.5 0.9 0.99] [--ops row axpy ffn_relu ffn_gated] [--reps 20]
+
+`kernels`: every GPU kernel (and memset) one sparse_cuda call launches, timed by the torch
+profiler (fp16 weights and x, the benchmark's layer and sorted int64 ids, L2 flushed before
+each call), with the op's summed kernel time and the GB/s that gives on the bytes it touches.
+A development aid: its numbers are printed, not published.
+
 `operators`: sparse operators vs the best dense kernel (powerbench.ops.bench); writes
 <out-dir>/operators_<device>/operators[_quick].csv and .png. The Hydra task
 `powerbench bench-operators` is the same benchmark with a run dir and MLflow.
@@ -53,6 +61,48 @@ def operators(args: argparse.Namespace) -> int:
     outputs = write_outputs(rows, args.out_dir, cfg.device, "_quick" if args.quick else "",
                             plot=not args.no_plot)
     print(f"# {len(rows)} rows; {load.line()}; wrote {', '.join(map(str, outputs))}")
+    return 0
+
+
+def kernels(args: argparse.Namespace) -> int:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from powerbench.ops import get_backend
+    from powerbench.ops.bench import LayerData, active_ids, sparse_fn, touched_bytes
+
+    ops = get_backend("sparse_cuda", fallback=False)
+    gen = torch.Generator().manual_seed(0)
+    flush = torch.ones(512 * 2**20 // 4, device="cuda")  # 512 MB: evicts the 50 MB L2
+    for shape in args.shapes:
+        d_model, d_ffn = (int(v) for v in shape.split("x"))
+        layer = LayerData.make(d_model, d_ffn, torch.float16, "cuda", gen)
+        for batch in args.batches:
+            x = torch.randn(batch, d_model, generator=gen).to("cuda", torch.float16)
+            coeffs = torch.randn(batch, d_ffn, generator=gen).to("cuda", torch.float16)
+            for sparsity in args.sparsities:
+                idx = active_ids(d_ffn, sparsity, gen, "cuda")
+                for op in args.ops:
+                    fn = sparse_fn(op, ops, layer, x, coeffs, idx)
+                    fn()
+                    torch.cuda.synchronize()
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(args.reps):
+                            flush.sum()
+                            fn()
+                        torch.cuda.synchronize()
+                    per_kernel: dict[str, float] = {}
+                    for evt in prof.events():
+                        if evt.device_type != DeviceType.CUDA or "reduce_kernel" in evt.name:
+                            continue  # the flush's sum
+                        us = evt.time_range.elapsed_us() / args.reps
+                        per_kernel[evt.name] = per_kernel.get(evt.name, 0.0) + us
+                    total = sum(per_kernel.values())
+                    gb = touched_bytes(op, idx.numel(), d_model, batch, 2, 2) / 1e9
+                    print(f"{op:9s} {shape} b{batch} {sparsity:.0%}: kernels {total:7.2f} us, "
+                          f"{gb / max(total, 1e-9) * 1e6:7.1f} GB/s", flush=True)
+                    for name, us in sorted(per_kernel.items(), key=lambda kv: -kv[1]):
+                        print(f"    {us:7.2f} us  {name[:110]}")
     return 0
 
 
@@ -130,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--out-dir", type=Path, default=ROOT / "results")
     o.add_argument("--no-plot", action="store_true")
     o.set_defaults(run=operators)
+    k = sub.add_parser("kernels", help="per-kernel GPU times of sparse_cuda (torch profiler)")
+    k.add_argument("--shapes", nargs="+", default=["4096x16384", "8192x28672"])
+    k.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    k.add_argument("--sparsities", nargs="+", type=float, default=[0.5, 0.9, 0.99])
+    k.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
+    k.add_argument("--reps", type=int, default=20)
+    k.set_defaults(run=kernels)
     h = sub.add_parser("hybrid", help="engine=hybrid vs layer offload (+ simulated twin)")
     h.add_argument("--model", default="opt_6_7b")
     h.add_argument("--layers", type=int, default=8)

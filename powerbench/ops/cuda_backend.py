@@ -1,4 +1,5 @@
-"""Compiled CUDA backend: warp-per-row *row* kernels and a block-split atomic *axpy*.
+"""Compiled CUDA backend: warp-per-row *row* kernels and a block-split *axpy* whose splits
+meet in an fp32 workspace (the last block of a column tile writes the result).
 
 Kernels are in ``csrc/sparse_cuda_kernels.cu`` (plain CUDA), the torch binding in
 ``csrc/sparse_cuda_binding.cpp``. The active set stays on the device: an id tensor, or a
@@ -25,6 +26,11 @@ def _split(active: torch.Tensor | Threshold) -> tuple[torch.Tensor | None, torch
     return active, None, 0.0
 
 
+def _batch(x) -> bool:
+    """x is a [batch, features] tensor (a 1-D x goes through the generic path)."""
+    return type(x) is torch.Tensor and x.dim() == 2
+
+
 class CudaSparseOps(SparseOps):
     name = "sparse_cuda"
     device = "cuda"
@@ -48,6 +54,31 @@ class CudaSparseOps(SparseOps):
         except Exception as err:
             raise BackendUnavailable(f"CUDA extension build failed: {summarize(err)}") from err
         return cls()
+
+    # With an id tensor, a 2-D x and check=False (the decode loop), the public operators go
+    # straight to the C++ op: it checks every argument itself (same error types) and returns
+    # y in x's dtype (coeffs' for axpy), so a call is one dispatch and its kernels, with no
+    # Python checks and no conversion. Everything else takes the generic path.
+    def row(self, w, x, idx, scatter=False, *, bias=None, relu=False, check=True):
+        if check or type(idx) is not torch.Tensor or not _batch(x):
+            return super().row(w, x, idx, scatter, bias=bias, relu=relu, check=check)
+        return self._row_op(w, x, idx, None, 0.0, bias, relu, scatter)
+
+    def axpy(self, w_t, coeffs, idx, *, check=True):
+        if check or type(idx) is not torch.Tensor or not _batch(coeffs):
+            return super().axpy(w_t, coeffs, idx, check=check)
+        return self._axpy_op(w_t, coeffs, idx, None, 0.0, None)
+
+    def ffn_relu(self, x, w1, b1, w2_t, b2, idx, *, check=True):
+        if check or type(idx) is not torch.Tensor or not _batch(x):
+            return super().ffn_relu(x, w1, b1, w2_t, b2, idx, check=check)
+        return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, None, 0.0)
+
+    def ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind="reglu", *, check=True):
+        if check or type(idx) is not torch.Tensor or not _batch(x) or kind not in GATED_KINDS:
+            return super().ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check=check)
+        return self._ffn_gated_op(x, w_gate, w_up, w_down_t, idx, None, 0.0,
+                                  GATED_KINDS.index(kind))
 
     @staticmethod
     def _checked(active, limit: int, check: bool):

@@ -1,201 +1,401 @@
 // CUDA implementation of the neuron-aware sparse kernels (see sparse_cuda_kernels.cuh).
-//   row   : one warp per active neuron row, 16-byte weight loads (4 fp32 or 8 fp16/bf16
-//           values per lane), warp-shuffle reduction, up to 8 tokens per warp (the weight
-//           row is read once for them).
-//   axpy  : each thread owns one 16-byte slice of the output columns; blocks split the
-//           active neurons, issue the loads of kUnroll neurons before using any of them
-//           (memory-level parallelism), and combine partial sums with atomicAdd.
+//   row   : a warp owns R neuron rows; per pass over K every lane issues all its 16-byte
+//           weight loads (V per row, streamed past L1) before using any of them, so a row's
+//           bytes are in flight at once; x is read in its own dtype (L1-resident) and each
+//           x load is reused for the R rows. Decode (batch 1): R = 1, V = 16 (8 KB of fp16
+//           row per pass); batches: R = 4 rows x 8 tokens per warp.
+//   axpy  : each lane owns one 16-byte slice of the output columns; a warp takes U neurons
+//           at a time (their ids and coefficients read by U lanes in parallel, then
+//           shuffled), issues the U weight loads, then accumulates. Warps of a block meet in
+//           shared memory; blocks of one column tile meet in an fp32 workspace, and the last
+//           one to finish (counter + threadfence) writes the result in the output dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
 
 #include "sparse_cuda_kernels.cuh"
 
 namespace pbcuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kThreads = kWarpsPerBlock * 32;
-constexpr int kMaxTokens = 8;         // tokens per warp (row) / per block (axpy)
-constexpr int64_t kMinRowsPerSplit = 64;  // axpy: neurons per block at least
-constexpr int kUnroll = 4;                // axpy: neurons whose loads are in flight at once
-constexpr int kBlocksPerSM = 8;           // axpy: blocks per SM to aim for
+constexpr int kWarps = 8;  // warps per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxTokens = 8;        // token tile for batches > 1
+constexpr int kAxpyBlocksPerSM = 4;  // axpy: blocks per SM to aim for
+constexpr int kAxpyMinSplitRows = 64;
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// Values of WT in one 16-byte load.
-template <typename WT>
-struct Vec {
-  static constexpr int N = 16 / sizeof(WT);
-};
-
-__device__ __forceinline__ void load_vec(const float* p, float (&v)[4]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-}
-__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = f.x; v[2 * i + 1] = f.y;
+__device__ __forceinline__ float load_any(Typed o, int64_t i) {
+  switch (o.t) {
+    case kF16: return __half2float(static_cast<const __half*>(o.p)[i]);
+    case kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(o.p)[i]);
+    default: return static_cast<const float*>(o.p)[i];
   }
 }
-__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+
+// The same through L2 only (ld.global.cg): data another grid of this call wrote (the axpy's
+// coefficients come from the FFN's row kernel, which may still be finishing when the axpy
+// is launched; no L1 line of an earlier call can be hit).
+__device__ __forceinline__ float load_any_cg(Typed o, int64_t i) {
+  switch (o.t) {
+    case kF16: return __half2float(__ldcg(static_cast<const __half*>(o.p) + i));
+    case kBF16: return __bfloat162float(__ldcg(static_cast<const __nv_bfloat16*>(o.p) + i));
+    default: return __ldcg(static_cast<const float*>(o.p) + i);
+  }
+}
+
+__device__ __forceinline__ void store_any(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<float*>(p)[i] = v;
+  }
+}
+
+// 16 bytes of weights, read once: no L1 allocation (keeps L1 for x / coefficients).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// The 16 / sizeof(T) values of T packed in `raw`, as floats.
+template <typename T, int N>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&v)[N]) {
+  static_assert(N * sizeof(T) == 16, "one 16-byte vector");
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(raw.x); v[1] = __uint_as_float(raw.y);
+    v[2] = __uint_as_float(raw.z); v[3] = __uint_as_float(raw.w);
+  } else {
+    const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x; v[2 * i + 1] = f.y;
+    for (int i = 0; i < 4; ++i) {
+      float2 f;
+      if constexpr (std::is_same_v<T, __half>) {
+        f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      } else {
+        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u[i]));
+      }
+      v[2 * i] = f.x; v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// N consecutive values of T at p (N * sizeof(T) = 8, 16 or 32 bytes, aligned to 8 / 16) as
+// floats, through the read-only cache.
+template <typename T, int N>
+__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
+  constexpr int kBytes = N * int(sizeof(T));
+  if constexpr (kBytes == 8) {
+    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+    if constexpr (sizeof(T) == 2) {
+      uint4 full = {raw.x, raw.y, 0u, 0u};
+      float tmp[8];
+      unpack<T, 8>(full, tmp);
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = tmp[i];
+    } else {
+      v[0] = __uint_as_float(raw.x); v[1] = __uint_as_float(raw.y);
+    }
+  } else {
+    static_assert(kBytes % 16 == 0, "8, 16 or 32 bytes");
+    constexpr int M = 16 / int(sizeof(T));
+#pragma unroll
+    for (int h = 0; h < kBytes / 16; ++h) {
+      float tmp[M];
+      unpack<T, M>(__ldg(reinterpret_cast<const uint4*>(p) + h), tmp);
+#pragma unroll
+      for (int i = 0; i < M; ++i) v[h * M + i] = tmp[i];
+    }
   }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+  return v;  // bitwise the same in every lane (fp addition commutes)
 }
 
-// acc[t] = W_row . x[b0 + t] for t < nt, summed over the warp (every lane gets the sums).
-// `vec` (warp-uniform): 16-byte weight loads, needs K % Vec<WT>::N == 0 and aligned rows.
-template <typename WT, int TB>
-__device__ __forceinline__ void warp_dot(const WT* __restrict__ wr, const float* __restrict__ x,
-                                         int64_t K, int nt, int lane, bool vec,
-                                         float (&acc)[TB]) {
-  constexpr int N = Vec<WT>::N;
-#pragma unroll
-  for (int t = 0; t < TB; ++t) acc[t] = 0.0f;
-  if (vec) {
-#pragma unroll 4
-    for (int64_t k = lane * N; k < K; k += 32 * N) {
-      float wv[N];
-      load_vec(wr + k, wv);
-#pragma unroll
-      for (int t = 0; t < TB; ++t) {
-        if (t < nt) {
-#pragma unroll
-          for (int e = 0; e < N; e += 4) {
-            const float4 xv = __ldg(reinterpret_cast<const float4*>(x + t * K + k + e));
-            acc[t] += wv[e] * xv.x + wv[e + 1] * xv.y + wv[e + 2] * xv.z + wv[e + 3] * xv.w;
-          }
-        }
-      }
-    }
-  } else {
-    for (int64_t k = lane; k < K; k += 32) {
-      const float wv = to_f(wr[k]);
-#pragma unroll
-      for (int t = 0; t < TB; ++t)
-        if (t < nt) acc[t] += wv * __ldg(x + t * K + k);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < TB; ++t) acc[t] = warp_sum(acc[t]);
+// Zeroes `words` 32-bit words at p with every thread of the grid (the row kernels clear the
+// axpy workspace of the same FFN call this way, sparing a memset launch).
+__device__ __forceinline__ void zero_words(void* p, int64_t words) {
+  if (p == nullptr) return;
+  const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+  for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+       i < words; i += threads)
+    static_cast<unsigned*>(p)[i] = 0u;
 }
 
-// Resolve warp's active slot j to a neuron id; false when the neuron is inactive.
+// Programmatic dependent launch (sm_90+; no-ops when a grid has no such dependency): an FFN's
+// row kernel lets its axpy be launched while it still runs, and the axpy waits for the row
+// kernel's results (h, the cleared workspace) only where it needs them.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Active slot j -> neuron id r; false when the neuron is inactive (threshold mode).
 __device__ __forceinline__ bool resolve(const Active& a, int64_t j, int64_t& r) {
   if (a.idx != nullptr) {
-    r = a.idx[j];
+    r = a.idx64 ? static_cast<const int64_t*>(a.idx)[j] : static_cast<const int32_t*>(a.idx)[j];
     return true;
   }
   r = j;
-  return a.scores[j] > a.threshold;
+  return load_any(a.scores, j) > a.threshold;
 }
 
-template <typename WT, int TB>
-__global__ void __launch_bounds__(kThreads)
-    row_kernel(const WT* __restrict__ w, int64_t K, const float* __restrict__ x, int64_t B,
-               Active a, const float* __restrict__ bias, bool relu, float* __restrict__ out,
-               int64_t ldo, bool scatter, bool vec) {
-  const int lane = threadIdx.x & 31;
-  const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (j >= a.n) return;
-  const int64_t b0 = int64_t(blockIdx.y) * TB;
-  const int nt = int(B - b0 < TB ? B - b0 : TB);
-  int64_t r;
-  const bool live = resolve(a, j, r);
-  const int64_t col = (a.idx != nullptr && !scatter) ? j : r;
-  if (!live) {
-    if (lane < nt) out[(b0 + lane) * ldo + col] = 0.0f;
-    return;
-  }
-  float acc[TB];
-  warp_dot<WT, TB>(w + r * K, x + b0 * K, K, nt, lane, vec, acc);
-  if (lane == 0) {
-    const float bb = bias != nullptr ? bias[r] : 0.0f;
+// acc[r][t] = W[rows[r]] . x[t] for the live rows (0 for the others), t < nt, summed over the
+// warp (every lane gets the sums). Needs K % (16 / sizeof(WT)) == 0, W and x 16-byte aligned.
+template <typename WT, typename XT, int R, int TB, int V>
+__device__ __forceinline__ void rows_dot_vec(const WT* __restrict__ w, const int64_t (&rows)[R],
+                                             const bool (&live)[R], const XT* __restrict__ x,
+                                             int64_t K, int nt, int lane, float (&acc)[R][TB]) {
+  constexpr int N = 16 / int(sizeof(WT));
+  constexpr int64_t kPass = int64_t(V) * 32 * N;
+  for (int64_t base = 0; base < K; base += kPass) {
+    uint4 raw[R][V];
 #pragma unroll
-    for (int t = 0; t < TB; ++t) {
-      if (t < nt) {
-        const float v = acc[t] + bb;
-        out[(b0 + t) * ldo + col] = (relu && !(v > 0.0f)) ? 0.0f : v;
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int64_t k = base + int64_t(v * 32 + lane) * N;
+        raw[r][v] = (live[r] && k < K) ? load_stream(w + rows[r] * K + k) : make_uint4(0, 0, 0, 0);
       }
     }
-  }
-}
-
-template <typename WT, int TB>
-__global__ void __launch_bounds__(kThreads)
-    gated_kernel(const WT* __restrict__ wg, const WT* __restrict__ wu, int64_t K,
-                 const float* __restrict__ x, int64_t B, Active a, GatedKind kind,
-                 float* __restrict__ h, bool vec) {
-  const int lane = threadIdx.x & 31;
-  const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (j >= a.n) return;
-  const int64_t b0 = int64_t(blockIdx.y) * TB;
-  const int nt = int(B - b0 < TB ? B - b0 : TB);
-  const int64_t ldh = a.n;
-  int64_t r;
-  bool live = resolve(a, j, r);
-  float g[TB];
-  if (live) {
-    warp_dot<WT, TB>(wg + r * K, x + b0 * K, K, nt, lane, vec, g);
-    if (kind != kSwiGLU) {  // warp-uniform: every lane holds the reduced sums
-      bool any = false;
 #pragma unroll
-      for (int t = 0; t < TB; ++t) any = any || (t < nt && g[t] > 0.0f);
-      live = any;
-    }
-  }
-  if (!live) {
-    if (lane < nt) h[(b0 + lane) * ldh + j] = 0.0f;
-    return;
-  }
-  float u[TB];
-  warp_dot<WT, TB>(wu + r * K, x + b0 * K, K, nt, lane, vec, u);
-  if (lane == 0) {
+    for (int v = 0; v < V; ++v) {
+      const int64_t k = base + int64_t(v * 32 + lane) * N;
+      if (k >= K) break;  // lanes run out together within a vector step, except the last
+      float wv[R][N];
 #pragma unroll
-    for (int t = 0; t < TB; ++t) {
-      if (t < nt) {
-        float v;
-        if (kind == kReGLU) {
-          v = g[t] > 0.0f ? g[t] * u[t] : 0.0f;
-        } else if (kind == kDReLU) {
-          v = (g[t] > 0.0f && u[t] > 0.0f) ? g[t] * u[t] : 0.0f;
-        } else {
-          v = g[t] / (1.0f + __expf(-g[t])) * u[t];
+      for (int r = 0; r < R; ++r) unpack<WT, N>(raw[r][v], wv[r]);
+#pragma unroll
+      for (int t = 0; t < TB; ++t) {
+        if (t >= nt) break;
+        float xv[N];
+        load_f<XT, N>(x + t * K + k, xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float s = acc[r][t];
+#pragma unroll
+          for (int e = 0; e < N; ++e) s = fmaf(wv[r][e], xv[e], s);
+          acc[r][t] = s;
         }
-        h[(b0 + t) * ldh + j] = v;
       }
     }
   }
 }
 
-// A block owns kAxpyCols output columns (one 16-byte slice per lane; the 8 warps share
-// the slices) and one split of the active neurons; warp w takes neurons j0 + w, j0 + w + 8,
-// ... and issues the loads of kUnroll of them before using any (memory-level parallelism).
-// The 8 warps' partial sums are combined in shared memory, so only one atomicAdd per
-// column and split reaches global memory.
-template <typename WT, int TB>
-__global__ void __launch_bounds__(kThreads)
-    axpy_kernel(const WT* __restrict__ wt, int64_t D, const float* __restrict__ coeff,
-                int64_t ldc, int64_t B, Active a, const float* __restrict__ bias,
-                int64_t rows_per_split, float* __restrict__ out, bool vec) {
-  constexpr int N = Vec<WT>::N;
-  __shared__ float part[kWarpsPerBlock][32 * N];
+template <typename WT, typename XT, int R, int TB>
+__device__ __forceinline__ void rows_dot_scalar(const WT* __restrict__ w, const int64_t (&rows)[R],
+                                                const bool (&live)[R], const XT* __restrict__ x,
+                                                int64_t K, int nt, int lane, float (&acc)[R][TB]) {
+  for (int64_t k = lane; k < K; k += 32) {
+    float wv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = live[r] ? to_f(w[rows[r] * K + k]) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t >= nt) break;
+      const float xv = to_f(x[t * K + k]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] = fmaf(wv[r], xv, acc[r][t]);
+    }
+  }
+}
+
+template <typename WT, typename XT, int R, int TB, int V>
+__device__ __forceinline__ void rows_dot(const WT* __restrict__ w, const int64_t (&rows)[R],
+                                         const bool (&live)[R], const XT* __restrict__ x,
+                                         int64_t K, int nt, int lane, bool vec,
+                                         float (&acc)[R][TB]) {
+  bool any = false;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    any = any || live[r];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) acc[r][t] = 0.0f;
+  }
+  if (!any) return;  // warp-uniform
+  if (vec) {
+    rows_dot_vec<WT, XT, R, TB, V>(w, rows, live, x, K, nt, lane, acc);
+  } else {
+    rows_dot_scalar<WT, XT, R, TB>(w, rows, live, x, K, nt, lane, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// The warp's R active slots j0 + r: neuron ids, liveness, output columns.
+template <int R>
+__device__ __forceinline__ void warp_rows(const Active& a, int64_t j0, bool scatter,
+                                          int64_t (&rows)[R], bool (&live)[R],
+                                          int64_t (&col)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t j = j0 + r;
+    rows[r] = 0;
+    live[r] = j < a.n && resolve(a, j, rows[r]);
+    col[r] = (a.idx != nullptr && !scatter) ? j : rows[r];
+  }
+}
+
+template <typename WT, typename XT, int R, int TB, int V, int W>
+__global__ void __launch_bounds__(W * 32)
+    row_kernel(const WT* __restrict__ w, int64_t K, const XT* __restrict__ x, int64_t B,
+               Active a, Typed bias, bool relu, DType ot, void* __restrict__ out, int64_t ldo,
+               bool scatter, bool vec, void* zero, int64_t zero_n) {
+  zero_words(zero, zero_n);
+  allow_dependent_launch();
+  const int lane = threadIdx.x & 31;
+  const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
+  if (j0 >= a.n) return;
+  const int64_t b0 = int64_t(blockIdx.y) * TB;
+  const int nt = int(B - b0 < TB ? B - b0 : TB);
+  int64_t rows[R], col[R];
+  bool live[R];
+  warp_rows<R>(a, j0, scatter, rows, live, col);
+  float acc[R][TB];
+  rows_dot<WT, XT, R, TB, V>(w, rows, live, x + b0 * K, K, nt, lane, vec, acc);
+  // value (r, t) is stored by lane (r * TB + t) % 32
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (lane != (r * TB + t) % 32 || t >= nt || j0 + r >= a.n) continue;
+      float v = 0.0f;
+      if (live[r]) {
+        v = acc[r][t] + (bias.p != nullptr ? load_any(bias, rows[r]) : 0.0f);
+        if (relu && !(v > 0.0f)) v = 0.0f;
+      }
+      store_any(out, ot, (b0 + t) * ldo + col[r], v);
+    }
+  }
+}
+
+template <typename WT, typename XT, int R, int TB, int V, int W>
+__global__ void __launch_bounds__(W * 32)
+    gated_kernel(const WT* __restrict__ wg, const WT* __restrict__ wu, int64_t K,
+                 const XT* __restrict__ x, int64_t B, Active a, GatedKind kind,
+                 float* __restrict__ h, bool vec, void* zero, int64_t zero_n) {
+  zero_words(zero, zero_n);
+  allow_dependent_launch();
+  const int lane = threadIdx.x & 31;
+  const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
+  if (j0 >= a.n) return;
+  const int64_t b0 = int64_t(blockIdx.y) * TB;
+  const int nt = int(B - b0 < TB ? B - b0 : TB);
+  int64_t rows[R], col[R];
+  bool live[R];
+  warp_rows<R>(a, j0, /*scatter=*/false, rows, live, col);
+  float g[R][TB];
+  rows_dot<WT, XT, R, TB, V>(wg, rows, live, x + b0 * K, K, nt, lane, vec, g);
+  bool up[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // warp-uniform: every lane holds the reduced sums
+    bool any = kind == kSwiGLU;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) any = any || (t < nt && g[r][t] > 0.0f);
+    up[r] = live[r] && any;
+  }
+  float u[R][TB];
+  rows_dot<WT, XT, R, TB, V>(wu, rows, up, x + b0 * K, K, nt, lane, vec, u);
+  const int64_t ldh = a.n;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (lane != (r * TB + t) % 32 || t >= nt || j0 + r >= a.n) continue;
+      float v = 0.0f;
+      if (up[r]) {
+        const float gv = g[r][t], uv = u[r][t];
+        if (kind == kReGLU) {
+          v = gv > 0.0f ? gv * uv : 0.0f;
+        } else if (kind == kDReLU) {
+          v = (gv > 0.0f && uv > 0.0f) ? gv * uv : 0.0f;
+        } else {
+          v = gv / (1.0f + __expf(-gv)) * uv;
+        }
+      }
+      h[(b0 + t) * ldh + col[r]] = v;
+    }
+  }
+}
+
+// Lane u < U resolves slot c0 + u: its neuron id (returned: every lane gets all U), its
+// coefficients (kept in lane u, `my_c`; shuffled out as they are used) and liveness (bit u of
+// `live`; a neuron whose coefficients are all zero is not read).
+template <int TB, int U>
+__device__ __forceinline__ unsigned axpy_slots(const Active& a, Typed coeff, int64_t ldc,
+                                               int64_t b0, int nt, int64_t c0, int64_t j1,
+                                               int lane, int64_t (&r)[U], float (&my_c)[TB]) {
+  int64_t my_r = 0;
+  bool my_live = false;
+#pragma unroll
+  for (int t = 0; t < TB; ++t) my_c[t] = 0.0f;
+  if (lane < U && c0 + lane < j1) {
+    my_live = resolve(a, c0 + lane, my_r);
+    bool any = false;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (my_live && t < nt) my_c[t] = load_any_cg(coeff, (b0 + t) * ldc + c0 + lane);
+      any = any || my_c[t] != 0.0f;
+    }
+    my_live = my_live && any;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) r[u] = __shfl_sync(0xffffffffu, my_r, u);
+  return __ballot_sync(0xffffffffu, my_live);
+}
+
+// Adds 4 consecutive columns of a split's partial sum into the fp32 workspace (one 16-byte
+// atomic on sm_90+).
+__device__ __forceinline__ void add4(float* p, const float (&v)[4], bool vec4) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (vec4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+    return;
+  }
+#endif
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (v[i] != 0.0f) atomicAdd(p + i, v[i]);
+}
+
+// Grid: x = column tiles (32 lanes x N columns), y = neuron splits, z = token tiles.
+template <typename WT, int TB, int U>
+__global__ void __launch_bounds__(kThreads, TB == 1 ? 4 : 2)
+    axpy_kernel(const WT* __restrict__ wt, int64_t D, Typed coeff, int64_t ldc, int64_t B,
+                Active a, Typed bias, DType ot, void* __restrict__ out,
+                float* __restrict__ ws, unsigned* __restrict__ counters,
+                int64_t rows_per_split, bool vec) {
+  constexpr int N = 16 / int(sizeof(WT));
+  constexpr int kSlots = 32 * N;  // columns of a tile with 16-byte loads
+  __shared__ __align__(16) float part[kWarps][kSlots];
+  __shared__ bool last_block;
   const int V = vec ? N : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t col = (int64_t(blockIdx.x) * 32 + lane) * V;
@@ -204,159 +404,278 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b0 = int64_t(blockIdx.z) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
   const bool in_range = col < D;
+  wait_for_prerequisites();  // h and the workspace come from the FFN's row kernel
   float acc[TB][N];
 #pragma unroll
   for (int t = 0; t < TB; ++t)
 #pragma unroll
     for (int e = 0; e < N; ++e) acc[t][e] = 0.0f;
-  constexpr int kStep = kWarpsPerBlock * kUnroll;
-  for (int64_t j = j0 + warp; j < j1; j += kStep) {
-    float wv[kUnroll][N];
-    float c[kUnroll][TB];
-    bool live[kUnroll];
+  for (int64_t c0 = j0 + int64_t(warp) * U; c0 < j1; c0 += int64_t(kWarps) * U) {
+    int64_t r[U];
+    float my_c[TB];
+    const unsigned live = axpy_slots<TB, U>(a, coeff, ldc, b0, nt, c0, j1, lane, r, my_c);
+    if (vec) {
+      uint4 raw[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t jj = j + int64_t(u) * kWarpsPerBlock;
-      int64_t r = 0;
-      live[u] = jj < j1 && resolve(a, jj, r);
-      bool any = false;
+      for (int u = 0; u < U; ++u)
+        raw[u] = ((live >> u) & 1u) && in_range ? load_stream(wt + r[u] * D + col)
+                                                : make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int t = 0; t < TB; ++t) {
-        c[u][t] = (live[u] && t < nt) ? __ldg(coeff + (b0 + t) * ldc + jj) : 0.0f;
-        any = any || c[u][t] != 0.0f;
-      }
-      live[u] = live[u] && any && in_range;  // warp-uniform apart from the column range
-      if (live[u]) {
-        const WT* src = wt + r * D + col;
-        if (vec) {
-          load_vec(src, wv[u]);
-        } else {
-          wv[u][0] = to_f(*src);
+      for (int u = 0; u < U; ++u) {
+        if (!((live >> u) & 1u)) continue;  // warp-uniform
+        float wv[N];
+        unpack<WT, N>(raw[u], wv);
+#pragma unroll
+        for (int t = 0; t < TB; ++t) {
+          const float cv = __shfl_sync(0xffffffffu, my_c[t], u);
+#pragma unroll
+          for (int e = 0; e < N; ++e) acc[t][e] = fmaf(cv, wv[e], acc[t][e]);
         }
       }
-    }
+    } else {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!live[u]) continue;
+      for (int u = 0; u < U; ++u) {
+        if (!((live >> u) & 1u)) continue;
+        const float wv = in_range ? to_f(wt[r[u] * D + col]) : 0.0f;
 #pragma unroll
-      for (int t = 0; t < TB; ++t)
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          if (e < V) acc[t][e] += c[u][t] * wv[u][e];
+        for (int t = 0; t < TB; ++t)
+          acc[t][0] = fmaf(__shfl_sync(0xffffffffu, my_c[t], u), wv, acc[t][0]);
+      }
     }
   }
-  const bool add_bias = bias != nullptr && blockIdx.y == 0;
+  const bool split = gridDim.y > 1;
+  // slot s of the tile = lane' * N + e -> column (tile * 32 + lane') * V + e; a thread takes
+  // 4 consecutive slots (4 columns of one lane' with vector loads).
+  auto column = [&](int s) { return (int64_t(blockIdx.x) * 32 + s / N) * V + s % N; };
+  auto valid = [&](int s) { return s % N < V && column(s) < D; };
+  auto finish = [&](int64_t t, int s, float v) {
+    const int64_t c_out = column(s);
+    if (bias.p != nullptr) v += load_any(bias, c_out);
+    store_any(out, ot, (b0 + t) * D + c_out, v);
+  };
 #pragma unroll
   for (int t = 0; t < TB; ++t) {
     if (t >= nt) break;  // block-uniform
 #pragma unroll
     for (int e = 0; e < N; ++e) part[warp][lane * N + e] = acc[t][e];
     __syncthreads();
-    // thread i sums slot i (and i + kThreads ...) over the warps; slot = lane' * N + e
-    for (int slot = threadIdx.x; slot < 32 * N; slot += kThreads) {
-      const int l = slot / N, e = slot % N;
-      const int64_t c_out = (int64_t(blockIdx.x) * 32 + l) * V + e;
-      if (e < V && c_out < D) {
-        float v = add_bias ? bias[c_out] : 0.0f;
+    for (int s = threadIdx.x * 4; s < kSlots; s += kThreads * 4) {
+      float v[4];
 #pragma unroll
-        for (int w = 0; w < kWarpsPerBlock; ++w) v += part[w][slot];
-        if (v != 0.0f) atomicAdd(out + (b0 + t) * D + c_out, v);
+      for (int i = 0; i < 4; ++i) {
+        v[i] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) v[i] += part[w][s + i];
+      }
+      if (!split) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (valid(s + i)) finish(t, s + i, v[i]);
+      } else if (vec) {  // V = N >= 4: the 4 slots are 4 in-range or 4 out-of-range columns
+        if (valid(s)) add4(ws + (b0 + t) * D + column(s), v, true);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (valid(s + i) && v[i] != 0.0f) atomicAdd(ws + (b0 + t) * D + column(s + i), v[i]);
       }
     }
     __syncthreads();
   }
+  if (!split) return;
+  // The last block of this column tile to arrive writes the tile (threadFenceReduction).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = atomicAdd(counters + blockIdx.z * gridDim.x + blockIdx.x, 1u);
+    last_block = done == gridDim.y - 1;
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  for (int t = 0; t < nt; ++t)
+    for (int s = threadIdx.x; s < kSlots; s += kThreads)
+      if (valid(s)) finish(t, s, __ldcg(ws + (b0 + t) * D + column(s)));
 }
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Tokens per warp (row kernels) or per block (axpy): 1 for decode, else tiles of 8.
-int token_tile(int64_t B) { return B <= 1 ? 1 : kMaxTokens; }
-
 unsigned cdiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
-// Expand LAUNCH (which uses WT and TB) for the weight type and the token tile.
-#define PB_TILE(LAUNCH)               \
-  if (token_tile(B) == 1) {           \
-    constexpr int TB = 1;             \
-    LAUNCH;                           \
-  } else {                            \
-    constexpr int TB = kMaxTokens;    \
-    LAUNCH;                           \
+size_t elem_size(DType t) { return t == kF32 ? 4 : 2; }
+
+// Values of the weight type per 16-byte load.
+int64_t vec_width(DType wt) { return int64_t(16 / elem_size(wt)); }
+
+template <typename F>
+cudaError_t with_type(DType t, F&& f) {
+  switch (t) {
+    case kF32: return f(Tag<float>{});
+    case kF16: return f(Tag<__half>{});
+    case kBF16: return f(Tag<__nv_bfloat16>{});
   }
-#define PB_DISPATCH(LAUNCH)                     \
-  switch (wt) {                                 \
-    case kF32: {                                \
-      using WT = float;                         \
-      PB_TILE(LAUNCH)                           \
-      break;                                    \
-    }                                           \
-    case kF16: {                                \
-      using WT = __half;                        \
-      PB_TILE(LAUNCH)                           \
-      break;                                    \
-    }                                           \
-    case kBF16: {                               \
-      using WT = __nv_bfloat16;                 \
-      PB_TILE(LAUNCH)                           \
-      break;                                    \
-    }                                           \
-    default:                                    \
-      return cudaErrorInvalidValue;             \
-  }                                             \
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
+}
 
-size_t elem_size(WType wt) { return wt == kF32 ? 4 : 2; }
+// x is read as fp32 or as the weights' dtype (the binding converts any other x to fp32).
+// f(weight tag, x tag, rows per warp, token tile, 16-byte loads per row and pass, warps per
+// block): decode gets one row per warp with 16 loads in flight; batches 4 rows x 8 tokens.
+// 4-warp blocks: the few active rows of a sparse layer spread over more SMs, and the
+// batched kernels (~165 registers) fit 12 warps on an SM where 8-warp blocks fit 8.
+template <typename F>
+cudaError_t with_row_config(DType wt, DType xt, int64_t B, F&& f) {
+  if (xt != wt && xt != kF32) return cudaErrorInvalidValue;  // see launch_row
+  return with_type(wt, [&](auto wtag) {
+    auto tiles = [&](auto xtag) {
+      if (B <= 1) {
+        return f(wtag, xtag, std::integral_constant<int, 1>{}, std::integral_constant<int, 1>{},
+                 std::integral_constant<int, 16>{}, std::integral_constant<int, 4>{});
+      }
+      return f(wtag, xtag, std::integral_constant<int, 4>{},
+               std::integral_constant<int, kMaxTokens>{}, std::integral_constant<int, 4>{},
+               std::integral_constant<int, 4>{});
+    };
+    if (xt == kF32) return tiles(Tag<float>{});
+    return tiles(wtag);
+  });
+}
 
-// Values per 16-byte load (Vec<WT>::N for the weight type).
-int64_t vec_width(WType wt) { return int64_t(16 / elem_size(wt)); }
+bool row_vec(DType wt, int64_t K, const void* x, std::initializer_list<const void*> ws) {
+  bool ok = K % vec_width(wt) == 0 && aligned(x, 16);
+  for (const void* w : ws) ok = ok && aligned(w, 16);
+  return ok;
+}
+
+struct AxpyPlan {
+  unsigned gx, splits, gz;
+  int64_t rows_per_split;
+};
+
+AxpyPlan plan_axpy(DType wt, int64_t D, int64_t B, int64_t n, int num_sms, bool vec) {
+  const int tb = B <= 1 ? 1 : kMaxTokens;
+  const int64_t cols_per_block = 32 * (vec ? vec_width(wt) : 1);
+  AxpyPlan p{};
+  p.gx = cdiv(D, cols_per_block);
+  p.gz = cdiv(B, tb);
+  // Enough blocks to fill the GPU, each with >= kAxpyMinSplitRows neurons (fewer splits:
+  // less traffic through the workspace).
+  const int64_t nn = n > 0 ? n : 1;
+  const int64_t tiles = int64_t(p.gx) * p.gz;
+  int64_t splits = (int64_t(num_sms > 0 ? num_sms : 1) * kAxpyBlocksPerSM + tiles - 1) / tiles;
+  const int64_t max_splits = (nn + kAxpyMinSplitRows - 1) / kAxpyMinSplitRows;
+  if (splits > max_splits) splits = max_splits;
+  if (splits > 65535) splits = 65535;
+  if (splits < 1) splits = 1;
+  p.rows_per_split = (nn + splits - 1) / splits;
+  p.splits = unsigned((nn + p.rows_per_split - 1) / p.rows_per_split);
+  return p;
+}
+
+// Programmatic dependent launch needs compute capability 9.0 (read once per device);
+// POWERBENCH_CUDA_PDL=0 turns it off (plain stream order, for A/B runs).
+bool programmatic_launch_supported() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("POWERBENCH_CUDA_PDL");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  if (!allowed) return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static int cached[64] = {};  // 0 unknown, 1 no, 2 yes; a benign race (same value written)
+  if (device < 0 || device >= 64) return false;
+  if (cached[device] == 0) {
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+                    cudaSuccess && major >= 9;
+    cached[device] = ok ? 2 : 1;
+  }
+  return cached[device] == 2;
+}
+
+size_t plan_workspace(const AxpyPlan& p, int64_t D, int64_t B) {
+  if (p.splits <= 1) return 0;
+  return size_t(B) * size_t(D) * sizeof(float) + size_t(p.gx) * p.gz * sizeof(unsigned);
+}
 
 }  // namespace
 
-cudaError_t launch_row(WType wt, const void* w, int64_t K, const float* x, int64_t B,
-                       Active a, const float* bias, bool relu, float* out, int64_t ldo,
-                       bool scatter, cudaStream_t stream) {
-  if (a.n == 0 || B == 0) return cudaSuccess;
-  const bool vec = K % vec_width(wt) == 0 && aligned(w, 16) && aligned(x, 16);
-  const int tb = token_tile(B);
-  const dim3 grid(cdiv(a.n, kWarpsPerBlock), cdiv(B, tb));
-  PB_DISPATCH((row_kernel<WT, TB><<<grid, kThreads, 0, stream>>>(
-      static_cast<const WT*>(w), K, x, B, a, bias, relu, out, ldo, scatter, vec)))
+cudaError_t launch_row(DType wt, const void* w, int64_t K, DType xt, const void* x, int64_t B,
+                       Active a, Typed bias, bool relu, DType ot, void* out, int64_t ldo,
+                       bool scatter, cudaStream_t stream, void* zero, size_t zero_bytes) {
+  if (a.n == 0 || B == 0) return zero ? cudaMemsetAsync(zero, 0, zero_bytes, stream) : cudaSuccess;
+  const bool vec = row_vec(wt, K, x, {w});
+  return with_row_config(wt, xt, B, [&](auto wtag, auto xtag, auto R, auto TB, auto V, auto W) {
+    using WT = typename decltype(wtag)::type;
+    using XT = typename decltype(xtag)::type;
+    constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
+    constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
+    const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
+    row_kernel<WT, XT, kR, kTB, kV, kW><<<grid, kW * 32, 0, stream>>>(
+        static_cast<const WT*>(w), K, static_cast<const XT*>(x), B, a, bias, relu, ot, out,
+        ldo, scatter, vec, zero, int64_t(zero_bytes / 4));
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launch_gated(WType wt, const void* w_gate, const void* w_up, int64_t K,
-                         const float* x, int64_t B, Active a, GatedKind kind, float* h,
-                         cudaStream_t stream) {
-  if (a.n == 0 || B == 0) return cudaSuccess;
-  const bool vec = K % vec_width(wt) == 0 && aligned(w_gate, 16) && aligned(w_up, 16) &&
-                   aligned(x, 16);
-  const int tb = token_tile(B);
-  const dim3 grid(cdiv(a.n, kWarpsPerBlock), cdiv(B, tb));
-  PB_DISPATCH((gated_kernel<WT, TB><<<grid, kThreads, 0, stream>>>(
-      static_cast<const WT*>(w_gate), static_cast<const WT*>(w_up), K, x, B, a, kind, h, vec)))
+cudaError_t launch_gated(DType wt, const void* w_gate, const void* w_up, int64_t K, DType xt,
+                         const void* x, int64_t B, Active a, GatedKind kind, float* h,
+                         cudaStream_t stream, void* zero, size_t zero_bytes) {
+  if (a.n == 0 || B == 0) return zero ? cudaMemsetAsync(zero, 0, zero_bytes, stream) : cudaSuccess;
+  const bool vec = row_vec(wt, K, x, {w_gate, w_up});
+  return with_row_config(wt, xt, B, [&](auto wtag, auto xtag, auto R, auto TB, auto V, auto W) {
+    using WT = typename decltype(wtag)::type;
+    using XT = typename decltype(xtag)::type;
+    constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
+    constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
+    const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
+    gated_kernel<WT, XT, kR, kTB, kV, kW><<<grid, kW * 32, 0, stream>>>(
+        static_cast<const WT*>(w_gate), static_cast<const WT*>(w_up), K,
+        static_cast<const XT*>(x), B, a, kind, h, vec, zero, int64_t(zero_bytes / 4));
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launch_axpy(WType wt, const void* w_t, int64_t D, const float* coeff, int64_t ldc,
-                        int64_t B, Active a, const float* bias, float* out, int num_sms,
-                        cudaStream_t stream) {
-  if (B == 0) return cudaSuccess;
+size_t axpy_workspace_bytes(DType wt, int64_t D, int64_t B, int64_t n, int num_sms) {
+  if (B == 0 || D == 0) return 0;
+  // the plan with vector loads needs at least as much as without
+  const AxpyPlan p = plan_axpy(wt, D, B, n, num_sms, /*vec=*/false);
+  const AxpyPlan q = plan_axpy(wt, D, B, n, num_sms, /*vec=*/true);
+  const size_t a = plan_workspace(p, D, B), b = plan_workspace(q, D, B);
+  return a > b ? a : b;
+}
+
+cudaError_t launch_axpy(DType wt, const void* w_t, int64_t D, Typed coeff, int64_t ldc,
+                        int64_t B, Active a, Typed bias, DType ot, void* out, void* workspace,
+                        bool after_row_kernel, int num_sms, cudaStream_t stream) {
+  if (B == 0 || D == 0) return cudaSuccess;
   const bool vec = D % vec_width(wt) == 0 && aligned(w_t, 16);
-  const int tb = token_tile(B);
-  const int64_t cols_per_block = 32 * (vec ? vec_width(wt) : 1);
-  const unsigned gx = cdiv(D, cols_per_block), gz = cdiv(B, tb);
-  // Enough blocks to fill the GPU (kBlocksPerSM per SM), each with >= kMinRowsPerSplit
-  // neurons (fewer splits: fewer atomics on the output).
-  const int64_t n = a.n > 0 ? a.n : 1;
-  int64_t splits = (int64_t(num_sms > 0 ? num_sms : 1) * kBlocksPerSM + gx * gz - 1) / (gx * gz);
-  const int64_t max_splits = (n + kMinRowsPerSplit - 1) / kMinRowsPerSplit;
-  if (splits > max_splits) splits = max_splits;
-  if (splits < 1) splits = 1;
-  const int64_t rows_per_split = (n + splits - 1) / splits;
-  const dim3 grid(gx, unsigned(splits), gz);
-  PB_DISPATCH((axpy_kernel<WT, TB><<<grid, kThreads, 0, stream>>>(
-      static_cast<const WT*>(w_t), D, coeff, ldc, B, a, bias, rows_per_split, out, vec)))
+  const AxpyPlan p = plan_axpy(wt, D, B, a.n, num_sms, vec);
+  float* ws = nullptr;
+  unsigned* counters = nullptr;
+  if (p.splits > 1) {
+    if (workspace == nullptr) return cudaErrorInvalidValue;
+    if (!after_row_kernel) {
+      const cudaError_t err = cudaMemsetAsync(workspace, 0, plan_workspace(p, D, B), stream);
+      if (err != cudaSuccess) return err;
+    }
+    ws = static_cast<float*>(workspace);
+    counters = reinterpret_cast<unsigned*>(ws + B * D);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.gx, p.splits, p.gz);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (after_row_kernel && programmatic_launch_supported()) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return with_type(wt, [&](auto wtag) {
+    using WT = typename decltype(wtag)::type;
+    auto kernel = B <= 1 ? axpy_kernel<WT, 1, 8> : axpy_kernel<WT, kMaxTokens, 8>;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<const WT*>(w_t), D, coeff, ldc, B, a,
+                              bias, ot, out, ws, counters, p.rows_per_split, vec);
+  });
 }
-
-#undef PB_DISPATCH
-#undef PB_TILE
 
 }  // namespace pbcuda
