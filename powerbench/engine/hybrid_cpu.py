@@ -120,10 +120,9 @@ class CpuPartRunner:
         """Start the CPU part of one call: `part` (the layer's CPU _Part: ids, all_ids, weights),
         x [rows, d] on the decoder's device, `union` bool [neurons] (None: every neuron)."""
         host_x, host_union, copied = self._to_host(x, union)
-        slot = self._slot(x) if self.cuda else None
-        future = self._worker.submit(self._run, part, host_x, host_union, copied,
-                                     slot, decode)
-        return CpuJob(future, slot[1] if slot is not None else None)
+        slot = self._slot(x)
+        future = self._worker.submit(self._run, part, host_x, host_union, copied, slot, decode)
+        return CpuJob(future, slot[1])
 
     def merge(self, job: CpuJob, y: Tensor | None) -> Tensor | None:
         """y (the GPU part, or None) plus the CPU part once the worker is done; no GPU sync."""
@@ -133,8 +132,8 @@ class CpuPartRunner:
         if self.cuda:
             y_dev = y_cpu.to(self.device, non_blocking=True)
             job.slot_event.record(torch.cuda.current_stream(self.device))
-        else:
-            y_dev = y_cpu
+        else:  # the slot is rewritten two calls later: the caller gets its own tensor
+            y_dev = y_cpu.clone()
         if y is None:
             return y_dev
         return y + y_dev.to(y.dtype)
@@ -148,11 +147,13 @@ class CpuPartRunner:
         return buf
 
     def _slot(self, x: Tensor) -> tuple[Tensor, Any]:
+        """The next of the two output slots for x's shape: (host buffer, the event of its
+        last host->device copy; None on a CPU-only run)."""
         key = (tuple(x.shape), x.dtype)
         slots = self._slots.get(key)
         if slots is None:
-            slots = [(torch.empty(x.shape, dtype=x.dtype, pin_memory=True), torch.cuda.Event())
-                     for _ in range(2)]
+            slots = [(torch.empty(x.shape, dtype=x.dtype, pin_memory=self.cuda),
+                      torch.cuda.Event() if self.cuda else None) for _ in range(2)]
             self._slots[key] = slots
             self._turn[key] = 0
         turn = self._turn[key]
@@ -180,7 +181,7 @@ class CpuPartRunner:
 
     # ---- worker thread ----------------------------------------------------------------
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
-             slot: tuple[Tensor, Any] | None, decode: bool) -> Tensor | None:
+             slot: tuple[Tensor, Any], decode: bool) -> Tensor | None:
         threads = self.threads.current() if decode else max(self.threads.candidates)
         if threads != self._worker_threads:
             torch.set_num_threads(threads)  # this thread's count (see the module docstring)
@@ -188,7 +189,9 @@ class CpuPartRunner:
         if copied is not None:
             copied.synchronize()
         start = time.perf_counter()
-        with torch.no_grad():
+        # the decoder's thread runs in inference mode (thread-local): so does the worker, or
+        # writing a slot made there would be an in-place update of an inference tensor
+        with torch.inference_mode():
             if host_union is None:
                 ids = part.all_ids
             else:
@@ -197,9 +200,10 @@ class CpuPartRunner:
             self.active += int(ids.numel())
             y = (self.ops.ffn(host_x, part.weights, ids, check=self.check) if ids.numel()
                  else None)
-            if y is not None and slot is not None:
+            if y is not None:
                 buf, consumed = slot
-                consumed.synchronize()  # the slot's previous host->device copy has run
+                if consumed is not None:
+                    consumed.synchronize()  # the slot's previous host->device copy has run
                 buf.copy_(y)
                 y = buf
         spent = time.perf_counter() - start
