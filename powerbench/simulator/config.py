@@ -182,6 +182,12 @@ class SimulatorConfig:
     # 0. Validation on `local` measures it (the fused
     # operator on an empty active set at the model's shapes, minus one dispatch).
     cpu_sparse_call_us: float | None = None
+    # Host time of one neuron-aware sparse FFN call on the ACCELERATOR beyond its kernels'
+    # launches (the binding's argument handling and small ATen calls), microseconds: the
+    # launch-bound side of that call is then ops x launch_s + this (still max'ed with its
+    # roofline). None/0: launches only. The hybrid benchmark measures it on the GPU (the
+    # call's host time, GPU idle, minus its launches).
+    gpu_sparse_call_us: float | None = None
     # The serving engine's own host time per forward pass that does NOT overlap the
     # device's work (Python scheduling, input preparation, per-layer launches issued from
     # Python, sampling): `host_layer_us` per layer plus `host_pass_us` per pass. 0 for the

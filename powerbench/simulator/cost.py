@@ -11,7 +11,9 @@ stream is merged there):
                2 x params_per_neuron x (neuron, row) pairs FLOPs (int4 on the accelerator's
                sparse operators: the down column at efficiency.int4_axpy of the input
                rows' rate, CostModel.int4_axpy_scale; + cpu_sparse_call_us per
-               sparse CPU call: the operator's fixed cost beyond one dispatch). When both devices hold neurons
+               sparse CPU call: the operator's fixed cost beyond one dispatch; on the
+               accelerator the sparse call's launch-bound side is ops x launch +
+               gpu_sparse_call_us, its binding's host time). When both devices hold neurons
                of the layer they run CONCURRENTLY:
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
                (the other device needs the layer input and the predicted mask, and sends its
@@ -217,6 +219,9 @@ class CostModel:
         if self.sparse and dev == CPU:
             call_us = self.cfg.cpu_sparse_call_us
             t = t + (call_us * 1e-6 if call_us is not None else self.dev[CPU].sparse_call_s)
+        if self.sparse and dev == GPU and self.cfg.gpu_sparse_call_us:
+            # the call's host issue time: its launches plus the binding's own host work
+            t = np.maximum(t, ops * self.dev[GPU].op_s + self.cfg.gpu_sparse_call_us * 1e-6)
         return t
 
     def lm_head(self, shape: PassShape) -> tuple[str, float]:

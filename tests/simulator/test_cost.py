@@ -242,3 +242,27 @@ def test_attention_scores_run_at_the_units_attention_rate():
     slow = replace(hw, units={"cpu": replace(hw.cpu, effective_attention_flops=1e8)})
     model = CostModel(spec, placement, slow, zero_overhead_config(), predictor_bytes=np.zeros(1))
     assert model.attention(0, shape)[0] == pytest.approx(proj / 1e9 + scores / 1e8)
+
+
+def test_gpu_sparse_call_host_time_joins_its_launches():
+    """GPU side of a sparse FFN call: max(roofline, ops x launch + gpu_sparse_call_us)."""
+    from powerbench.simulator.config import OpCounts, SimulatorConfig
+
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6,
+                       launch_s=5e-6)
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [_one_token_trace(10, 40)])
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
+    shape = PassShape.decode(np.array([10]), 1)
+    ops = OpCounts(attention=0, predictor=0, ffn_dense=0, ffn_sparse=3, lm_head=0)
+    busy = {}
+    for call_us in (None, 40.0):
+        cfg = SimulatorConfig(gpu_ops=ops, cpu_ops=ops, cpu_op_us=0.0, cpu_sparse_call_us=0.0,
+                              gpu_sparse_call_us=call_us)
+        model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
+        busy[call_us] = model.forward(work, shape).busy
+    # 10 neurons x 256 B at 100 GB/s = 25.6 ns of roofline: launch-bound either way
+    assert busy[None]["ffn@gpu"][0, 0] == pytest.approx(3 * 5e-6)
+    assert busy[40.0]["ffn@gpu"][0, 0] == pytest.approx(3 * 5e-6 + 40e-6)
+    assert busy[40.0]["ffn@cpu"][0, 0] == busy[None]["ffn@cpu"][0, 0]  # GPU calls only
