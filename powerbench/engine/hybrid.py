@@ -71,7 +71,7 @@ class _Part:
         return int(self.ids.numel())
 
 
-def _gather(f: ReluFFNWeights | GatedFFNWeights, ids: Tensor, device: torch.device,
+def gather_part(f: ReluFFNWeights | GatedFFNWeights, ids: Tensor, device: torch.device,
             dtype: torch.dtype, with_bias: bool) -> _Part:
     ids_dev = ids.to(device)
     local = torch.arange(ids.numel(), device=device)
@@ -148,9 +148,9 @@ class HybridFFN:
             on_gpu[gpu_ids] = True
             cpu_ids = torch.nonzero(~on_gpu).flatten()
             # the output bias joins the GPU part (or the CPU part when the GPU holds none)
-            self.gpu_parts.append(_gather(layer.ffn, gpu_ids, self.device, weights.dtype,
+            self.gpu_parts.append(gather_part(layer.ffn, gpu_ids, self.device, weights.dtype,
                                           with_bias=True))
-            self.cpu_parts.append(_gather(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
+            self.cpu_parts.append(gather_part(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
                                           with_bias=gpu_ids.numel() == 0))
         # the output bias of a layer with no GPU neuron, for calls with no active CPU neuron
         self.cpu_bias = [None if gpu.size else _bias_on(cpu, self.device, weights.dtype)

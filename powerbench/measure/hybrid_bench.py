@@ -184,9 +184,69 @@ def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
     return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
 
 
+def _host_us(fn: Any, repeats: int) -> float:
+    """Median host microseconds of fn() with the GPU idle before each call."""
+    import statistics
+    import time
+
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times[repeats // 10:]) * 1e6
+
+
+def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
+               repeats: int = 200) -> dict[str, float]:
+    """The hybrid layer's fixed host costs, measured here (GPU idle before each call), for
+    the twin (simulator config fields of the same names):
+
+    - hybrid_roundtrip_us: one CPU part's round trip through the engine's own path
+      (`CpuPartRunner`, 1 thread) at ONE active neuron: x and the union to pinned memory,
+      the worker woken, the copy waited for, the operator run, the slot written, then the
+      slot to the GPU without blocking and added there;
+    - gpu_sparse_call_host_us: the host time of one sparse_cuda FFN call (a device-side
+      Threshold, one active neuron, 4096 of layer 0's neurons), launches included.
+    """
+    from powerbench.engine.hybrid import gather_part
+    from powerbench.engine.hybrid_cpu import CpuPartRunner
+    from powerbench.ops import get_backend
+    from powerbench.ops.interface import Threshold
+
+    f = weights.layers[0].ffn
+    d_ffn, device = f.d_ffn, weights.device
+    n = min(4096, d_ffn)
+    ids = torch.arange(n)
+    cpu_part = gather_part(f, ids, torch.device("cpu"), weights.dtype, with_bias=False)
+    gpu_part = gather_part(f, ids, device, weights.dtype, with_bias=False)
+    runner = CpuPartRunner(get_backend(cpu_backend, fallback=False), device, threads=1)
+    gpu_ops = get_backend(gpu_backend, fallback=False)
+    x = torch.randn(1, weights.d_model, device=device, dtype=weights.dtype)
+    union = torch.zeros(d_ffn, dtype=torch.bool, device=device)
+    union[0] = True
+    scores = torch.zeros(n, dtype=torch.float32, device=device)
+    scores[0] = 1.0
+    y = torch.zeros_like(x)
+    try:
+        with torch.inference_mode():
+            trip = _host_us(lambda: runner.merge(runner.submit(cpu_part, x, union, False), y),
+                            repeats)
+            call = _host_us(lambda: gpu_ops.ffn(x, gpu_part.weights, Threshold(scores, 0.5),
+                                                check=False), repeats)
+    finally:
+        runner.close()
+    return {"hybrid_roundtrip_us": trip, "gpu_sparse_call_host_us": call}
+
+
 def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
-              cfg: HybridBenchConfig, prompt: Tensor) -> dict[str, float]:
-    """The cost model's decode tokens/s for this decoder's run (see the module docstring)."""
+              cfg: HybridBenchConfig, prompt: Tensor,
+              host: dict[str, float] | None = None) -> dict[str, float]:
+    """The cost model's decode tokens/s for this decoder's run (see the module docstring);
+    `host`: the measured host costs (`host_costs`) the twin charges."""
+    import dataclasses
     from types import SimpleNamespace
 
     from powerbench.config.schema import BenchConfig
@@ -198,6 +258,11 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
         dense, ops, dtype, dense_rows = twin_of(decoder, prompt[:, :8])
     computes_all = dense or getattr(decoder.ffn, "active", "") == "dense"
     twin = twin_config(computes_all, ops, dtype, None, dense_rows, cfg.cpu_threads)
+    if host:  # the sparse call beyond the one launch the twin's operator count charges
+        twin = dataclasses.replace(
+            twin, hybrid_roundtrip_us=host["hybrid_roundtrip_us"],
+            gpu_sparse_call_us=max(host["gpu_sparse_call_host_us"] - hardware.launch_s * 1e6,
+                                   0.0))
     bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
                         batch_size=cfg.batch, threads=cfg.cpu_threads)
     oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights
@@ -206,9 +271,11 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
 
 
 def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
-            hardware: Any = None, **backends: str) -> list[dict[str, Any]]:
+            hardware: Any = None, host: dict[str, float] | None = None,
+            **backends: str) -> list[dict[str, Any]]:
     """Every engine in interleaved rounds; one row per engine (see the module docstring);
-    with `hardware`, each row's simulated twin beside it."""
+    with `hardware`, each row's simulated twin beside it (charging `host`, the measured
+    host costs, when given)."""
     engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
     ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
                         generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
@@ -219,7 +286,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
     for engine, row in zip(engines, decode_rows, strict=True):
         split = split_pass(engine.decoder, ids, cfg.new_tokens)
         peer = by_name[engine.peer] if engine.peer else None
-        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids)
+        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids, host)
                if hardware is not None else {})
         sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
         gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
@@ -237,6 +304,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
             "ffn_us_per_call": row.ffn_us_per_call,
             "gpu_neuron_load_share": split.get("hybrid_gpu_neuron_load_share", float("nan")),
             "gpu_part_ms_per_call": gpu_ms, "cpu_part_ms_per_call": cpu_ms,
+            "cpu_part_threads": split.get("hybrid_cpu_threads", float("nan")),
             # the FFN call's host wall time against the two parts run one after the other
             "overlap_saved_ms_per_call": (gpu_ms + cpu_ms - row.ffn_us_per_call / 1e3
                                           if split else float("nan")),
@@ -247,7 +315,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
 COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
            "sim_error_pct", "speedup_vs_dense", "speedup_vs_layer_offload",
            "gpu_neuron_load_share", "gpu_part_ms_per_call", "cpu_part_ms_per_call",
-           "ffn_us_per_call", "overlap_saved_ms_per_call")
+           "cpu_part_threads", "ffn_us_per_call", "overlap_saved_ms_per_call")
 NOTES = [
     "SYNTHETIC weights of the real shapes: only speed is meaningful; active sets replayed "
     "from the synthetic profile (an exact, free predictor).",
@@ -284,10 +352,19 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
     profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
     weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
                                         device="cuda")
-    rows = measure(weights, spec, profile, cfg, hardware=hardware)
+    host = host_costs(weights) if hardware is not None else None
+    rows = measure(weights, spec, profile, cfg, hardware=hardware, host=host)
+    notes = list(NOTES) if hardware is not None else NOTES[:2]
+    if host is not None:
+        notes.append(
+            f"Host costs measured here before the rows (twin inputs): the hybrid layer's "
+            f"round trip {host['hybrid_roundtrip_us']:.1f} us (x and mask to the host, "
+            f"the worker thread, its y back and added; one active neuron), one sparse_cuda "
+            f"FFN call {host['gpu_sparse_call_host_us']:.1f} us of host time "
+            f"(launch {hardware.launch_s * 1e6:.1f} us).")
     return Report(
         study="hybrid_gpu", name=f"hybrid_{full.name}", rows=rows, key=("system",),
         title=f"engine=hybrid vs layer offload, {full.name} shape ({spec.n_layers} of "
               f"{full.n_layers} layers), {cfg.dtype}, batch {cfg.batch}",
-        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg)},
-        notes=list(NOTES) if hardware is not None else NOTES[:2])
+        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg), **(host or {})},
+        notes=notes)

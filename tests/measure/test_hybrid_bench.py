@@ -103,3 +103,14 @@ def test_every_row_gets_its_simulated_twin(profile):
 def test_shares_outside_zero_one_are_refused():
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         HybridBenchConfig(gpu_ffn_shares=(1.0,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_costs_are_measured_on_the_gpu():
+    from powerbench.measure.hybrid_bench import host_costs
+
+    weights = synthetic_decoder_weights(SPEC, torch.float16, device="cuda")
+    costs = host_costs(weights, repeats=20)
+    assert set(costs) == {"hybrid_roundtrip_us", "gpu_sparse_call_host_us"}
+    assert all(0.0 < v < 1e5 for v in costs.values())
