@@ -279,7 +279,8 @@ class HybridFFN:
                 self.cpu_runner.decode_seconds * 1e3 / max(self.decode_calls, 1),
             # the CPU part's thread count (measured choice with cpu_threads=auto; 0: still
             # measuring)
-            "hybrid_cpu_threads": float(self.cpu_runner.threads.chosen or 0),
+            "hybrid_cpu_threads": float(self.cpu_runner.threads.chosen or 0)
+            if any(p.size for p in self.cpu_parts) else 0.0,
             "hybrid_gpu_resident_neuron_share": float(sum(p.size for p in self.gpu_parts))
             / max(self.placement.n_layers * self.placement.neurons_per_layer, 1),
         }

@@ -101,7 +101,9 @@ class CpuPartRunner:
         self.ops, self.device, self.check = ops, device, check
         self.cuda = device.type == "cuda"
         self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
-        self.threads = ThreadChoice.of(threads, torch.get_num_threads())
+        ThreadChoice.of(threads, 1)  # a bad setting fails here, not in the first call
+        self._threads_setting = threads
+        self._threads: ThreadChoice | None = None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-cpu")
         self._worker_threads = 0  # the count last set in the worker thread
         self._pinned: dict[tuple, Tensor] = {}
@@ -112,6 +114,14 @@ class CpuPartRunner:
         self.seconds = 0.0
         self.decode_seconds = 0.0
 
+    @property
+    def threads(self) -> ThreadChoice:
+        """The thread choice, made on first use from the CALLER's torch thread count (the
+        decoder runs inside the session's `torch_threads`, the engine is built outside)."""
+        if self._threads is None:
+            self._threads = ThreadChoice.of(self._threads_setting, torch.get_num_threads())
+        return self._threads
+
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
@@ -121,7 +131,9 @@ class CpuPartRunner:
         x [rows, d] on the decoder's device, `union` bool [neurons] (None: every neuron)."""
         host_x, host_union, copied = self._to_host(x, union)
         slot = self._slot(x)
-        future = self._worker.submit(self._run, part, host_x, host_union, copied, slot, decode)
+        choice = self.threads  # made here, in the caller's thread
+        future = self._worker.submit(self._run, part, host_x, host_union, copied, slot, decode,
+                                     choice)
         return CpuJob(future, slot[1])
 
     def merge(self, job: CpuJob, y: Tensor | None) -> Tensor | None:
@@ -181,8 +193,8 @@ class CpuPartRunner:
 
     # ---- worker thread ----------------------------------------------------------------
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
-             slot: tuple[Tensor, Any], decode: bool) -> Tensor | None:
-        threads = self.threads.current() if decode else max(self.threads.candidates)
+             slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice) -> Tensor | None:
+        threads = choice.current() if decode else max(choice.candidates)
         if threads != self._worker_threads:
             torch.set_num_threads(threads)  # this thread's count (see the module docstring)
             self._worker_threads = threads
@@ -210,5 +222,5 @@ class CpuPartRunner:
         self.seconds += spent
         if decode:
             self.decode_seconds += spent
-            self.threads.record(threads, spent)
+            choice.record(threads, spent)
         return y
