@@ -116,7 +116,7 @@ class HybridFFN:
                  predictors: Any = None, active: str = "auto",
                  gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
                  cpu_dtype: str | None = None, cpu_threads: int | str = "auto",
-                 check: bool = False) -> None:
+                 time_gpu_part: bool = True, check: bool = False) -> None:
         if placement is None:
             raise ValueError("engine=hybrid follows a placement: run it with solver=<name> and "
                              "hardware=<name> (the pipeline passes placement=...)")
@@ -163,11 +163,14 @@ class HybridFFN:
                                         check=check)
         self.calls = 0
         self._gpu_active: Tensor | int = 0  # GPU-only layers' share, counted on the device
-        self.reset_timing()
+        self.reset_timing(time_gpu_part)
 
-    def reset_timing(self) -> None:
-        """Forget the decode-call timings (e.g. after a warm-up)."""
+    def reset_timing(self, time_gpu_part: bool = True) -> None:
+        """Forget the decode-call timings (e.g. after a warm-up); `time_gpu_part`: record
+        CUDA events around each decode call's GPU part from now on (two event records of
+        host time per call: a benchmark's timed rounds leave them out)."""
         # CUDA events around each decode call's GPU part, read (synchronising) by metrics()
+        self.time_gpu_part = time_gpu_part
         self._gpu_events: list[tuple[Any, Any]] = []
         self.cpu_runner.decode_seconds = 0.0
         self.decode_calls = 0
@@ -201,7 +204,8 @@ class HybridFFN:
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
         gpu, cpu = self.gpu_parts[layer_idx], self.cpu_parts[layer_idx]
         mask = self._mask(layer_idx, x)
-        union = mask.any(dim=0) if mask is not None else None
+        # one row (decode at batch 1): the mask row itself, no reduction launched
+        union = None if mask is None else mask[0] if mask.shape[0] == 1 else mask.any(dim=0)
         decode = x.shape[0] <= DECODE_ROWS
         # 2. x and the union to pinned host memory (copy stream), the CPU part on the worker
         job = self.cpu_runner.submit(cpu, x, union, decode) if cpu.size else None
@@ -226,7 +230,8 @@ class HybridFFN:
         return y
 
     def _gpu_start(self) -> tuple[Any, Any] | None:
-        if not self.concurrent or len(self._gpu_events) >= MAX_TIMED_CALLS:
+        if (not self.concurrent or not self.time_gpu_part
+                or len(self._gpu_events) >= MAX_TIMED_CALLS):
             return None
         events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         events[0].record()

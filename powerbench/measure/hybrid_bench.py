@@ -160,11 +160,12 @@ def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[flo
         offload = f"layer offload {share:.0%}"
         engines.append(BenchEngine(f"hybrid {share:.0%}", Decoder(weights, ffn=HybridFFN(
             weights, hot_neuron_placement(spec, profile, share), predictors=masks,
-            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend)),
+            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend,
+            time_gpu_part=False)),
             share, peer=offload))
         engines.append(BenchEngine(offload, Decoder(weights, ffn=HybridFFN(
             weights, layer_offload_placement(spec, share), active="dense",
-            gpu_backend=gpu_backend, cpu_backend=cpu_backend)), share))
+            gpu_backend=gpu_backend, cpu_backend=cpu_backend, time_gpu_part=False)), share))
     return engines
 
 
@@ -184,19 +185,26 @@ def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
     return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
 
 
-def _host_us(fn: Any, repeats: int) -> float:
-    """Median host microseconds of fn() with the GPU idle before each call."""
+def _host_us(sample: Any, repeats: int) -> float:
+    """Median of sample() (host seconds it timed itself), GPU idle before each, in us."""
     import statistics
-    import time
 
     times = []
     for _ in range(repeats):
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        times.append(sample())
     torch.cuda.synchronize()
     return statistics.median(times[repeats // 10:]) * 1e6
+
+
+def _wall(fn: Any) -> Any:
+    import time
+
+    def sample() -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    return sample
 
 
 def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
@@ -208,6 +216,8 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
       (`CpuPartRunner`, 1 thread) at ONE active neuron: x and the union to pinned memory,
       the worker woken, the copy waited for, the operator run, the slot written, then the
       slot to the GPU without blocking and added there;
+    - hybrid_host_us: the decoder thread's own share of it (submit, and merge once the
+      worker is done), which it spends in series with its launches;
     - gpu_sparse_call_host_us: the host time of one sparse_cuda FFN call (a device-side
       Threshold, one active neuron, 4096 of layer 0's neurons), launches included.
     """
@@ -232,13 +242,28 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
     y = torch.zeros_like(x)
     try:
         with torch.inference_mode():
-            trip = _host_us(lambda: runner.merge(runner.submit(cpu_part, x, union, False), y),
+            trip = _host_us(_wall(lambda: runner.merge(runner.submit(cpu_part, x, union, False),
+                                                       y)), repeats)
+
+            def serial() -> float:
+                import time
+
+                start = time.perf_counter()
+                job = runner.submit(cpu_part, x, union, False)
+                submitted = time.perf_counter()
+                job.future.result()  # the worker's share: not the decoder thread's
+                merging = time.perf_counter()
+                runner.merge(job, y)
+                return submitted - start + time.perf_counter() - merging
+
+            own = _host_us(serial, repeats)
+            call = _host_us(_wall(lambda: gpu_ops.ffn(x, gpu_part.weights,
+                                                      Threshold(scores, 0.5), check=False)),
                             repeats)
-            call = _host_us(lambda: gpu_ops.ffn(x, gpu_part.weights, Threshold(scores, 0.5),
-                                                check=False), repeats)
     finally:
         runner.close()
-    return {"hybrid_roundtrip_us": trip, "gpu_sparse_call_host_us": call}
+    return {"hybrid_roundtrip_us": trip, "hybrid_host_us": own,
+            "gpu_sparse_call_host_us": call}
 
 
 def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
@@ -261,6 +286,7 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
     if host:  # the sparse call beyond the one launch the twin's operator count charges
         twin = dataclasses.replace(
             twin, hybrid_roundtrip_us=host["hybrid_roundtrip_us"],
+            hybrid_host_us=host["hybrid_host_us"],
             gpu_sparse_call_us=max(host["gpu_sparse_call_host_us"] - hardware.launch_s * 1e6,
                                    0.0))
     bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
@@ -359,7 +385,8 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
         notes.append(
             f"Host costs measured here before the rows (twin inputs): the hybrid layer's "
             f"round trip {host['hybrid_roundtrip_us']:.1f} us (x and mask to the host, "
-            f"the worker thread, its y back and added; one active neuron), one sparse_cuda "
+            f"the worker thread, its y back and added; one active neuron), "
+            f"{host['hybrid_host_us']:.1f} us of it on the decoder's thread, one sparse_cuda "
             f"FFN call {host['gpu_sparse_call_host_us']:.1f} us of host time "
             f"(launch {hardware.launch_s * 1e6:.1f} us).")
     return Report(

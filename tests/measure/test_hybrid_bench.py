@@ -112,5 +112,6 @@ def test_host_costs_are_measured_on_the_gpu():
 
     weights = synthetic_decoder_weights(SPEC, torch.float16, device="cuda")
     costs = host_costs(weights, repeats=20)
-    assert set(costs) == {"hybrid_roundtrip_us", "gpu_sparse_call_host_us"}
+    assert set(costs) == {"hybrid_roundtrip_us", "hybrid_host_us", "gpu_sparse_call_host_us"}
     assert all(0.0 < v < 1e5 for v in costs.values())
+    assert costs["hybrid_host_us"] < costs["hybrid_roundtrip_us"]
