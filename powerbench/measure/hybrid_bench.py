@@ -185,87 +185,6 @@ def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
     return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
 
 
-def _host_us(sample: Any, repeats: int) -> float:
-    """Median of sample() (host seconds it timed itself), GPU idle before each, in us."""
-    import statistics
-
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        times.append(sample())
-    torch.cuda.synchronize()
-    return statistics.median(times[repeats // 10:]) * 1e6
-
-
-def _wall(fn: Any) -> Any:
-    import time
-
-    def sample() -> float:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-    return sample
-
-
-def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
-               repeats: int = 200) -> dict[str, float]:
-    """The hybrid layer's fixed host costs, measured here (GPU idle before each call), for
-    the twin (simulator config fields of the same names):
-
-    - hybrid_roundtrip_us: one CPU part's round trip through the engine's own path
-      (`CpuPartRunner`, 1 thread) at ONE active neuron: x and the union to pinned memory,
-      the worker woken, the copy waited for, the operator run, the slot written, then the
-      slot to the GPU without blocking and added there;
-    - hybrid_host_us: the decoder thread's own share of it (submit, and merge once the
-      worker is done), which it spends in series with its launches;
-    - gpu_sparse_call_host_us: the host time of one sparse_cuda FFN call (a device-side
-      Threshold, one active neuron, 4096 of layer 0's neurons), launches included.
-    """
-    from powerbench.engine.hybrid import gather_part
-    from powerbench.engine.hybrid_cpu import CpuPartRunner
-    from powerbench.ops import get_backend
-    from powerbench.ops.interface import Threshold
-
-    f = weights.layers[0].ffn
-    d_ffn, device = f.d_ffn, weights.device
-    n = min(4096, d_ffn)
-    ids = torch.arange(n)
-    cpu_part = gather_part(f, ids, torch.device("cpu"), weights.dtype, with_bias=False)
-    gpu_part = gather_part(f, ids, device, weights.dtype, with_bias=False)
-    runner = CpuPartRunner(get_backend(cpu_backend, fallback=False), device, threads=1)
-    gpu_ops = get_backend(gpu_backend, fallback=False)
-    x = torch.randn(1, weights.d_model, device=device, dtype=weights.dtype)
-    union = torch.zeros(d_ffn, dtype=torch.bool, device=device)
-    union[0] = True
-    scores = torch.zeros(n, dtype=torch.float32, device=device)
-    scores[0] = 1.0
-    y = torch.zeros_like(x)
-    try:
-        with torch.inference_mode():
-            trip = _host_us(_wall(lambda: runner.merge(runner.submit(cpu_part, x, union, False),
-                                                       y)), repeats)
-
-            def serial() -> float:
-                import time
-
-                start = time.perf_counter()
-                job = runner.submit(cpu_part, x, union, False)
-                submitted = time.perf_counter()
-                job.future.result()  # the worker's share: not the decoder thread's
-                merging = time.perf_counter()
-                runner.merge(job, y)
-                return submitted - start + time.perf_counter() - merging
-
-            own = _host_us(serial, repeats)
-            call = _host_us(_wall(lambda: gpu_ops.ffn(x, gpu_part.weights,
-                                                      Threshold(scores, 0.5), check=False)),
-                            repeats)
-    finally:
-        runner.close()
-    return {"hybrid_roundtrip_us": trip, "hybrid_host_us": own,
-            "gpu_sparse_call_host_us": call}
-
-
 def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
               cfg: HybridBenchConfig, prompt: Tensor,
               host: dict[str, float] | None = None) -> dict[str, float]:
@@ -370,6 +289,7 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
     import dataclasses
 
     from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile
+    from powerbench.hardware.microbench import cuda_host_op_costs
 
     if not torch.cuda.is_available():
         raise RuntimeError("the hybrid benchmark needs a CUDA GPU (engine=hybrid); none is "
@@ -378,7 +298,11 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
     profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
     weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
                                         device="cuda")
+    from powerbench.measure.hybrid_host import host_costs
+
     host = host_costs(weights) if hardware is not None else None
+    op_us = ({k: v * 1e6 for k, v in cuda_host_op_costs(spec.d_model, spec.n_heads).items()}
+             if hardware is not None else None)
     rows = measure(weights, spec, profile, cfg, hardware=hardware, host=host)
     notes = list(NOTES) if hardware is not None else NOTES[:2]
     if host is not None:
@@ -389,6 +313,10 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
             f"{host['hybrid_host_us']:.1f} us of it on the decoder's thread, one sparse_cuda "
             f"FFN call {host['gpu_sparse_call_host_us']:.1f} us of host time "
             f"(launch {hardware.launch_s * 1e6:.1f} us).")
+    if op_us is not None:
+        notes.append("Host time to issue one call, GPU idle (measured here; not yet charged "
+                     "by class in the twin): " + ", ".join(f"{k} {v:.1f} us"
+                                                         for k, v in op_us.items()) + ".")
     return Report(
         study="hybrid_gpu", name=f"hybrid_{full.name}", rows=rows, key=("system",),
         title=f"engine=hybrid vs layer offload, {full.name} shape ({spec.n_layers} of "

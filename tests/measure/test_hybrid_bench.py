@@ -108,10 +108,21 @@ def test_shares_outside_zero_one_are_refused():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_host_costs_are_measured_on_the_gpu():
-    from powerbench.measure.hybrid_bench import host_costs
+    from powerbench.measure.hybrid_host import host_costs
 
     weights = synthetic_decoder_weights(SPEC, torch.float16, device="cuda")
     costs = host_costs(weights, repeats=20)
     assert set(costs) == {"hybrid_roundtrip_us", "hybrid_host_us", "gpu_sparse_call_host_us"}
     assert all(0.0 < v < 1e5 for v in costs.values())
     assert costs["hybrid_host_us"] < costs["hybrid_roundtrip_us"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_op_costs_cover_every_class():
+    from powerbench.hardware.microbench import cuda_host_op_costs
+
+    costs = cuda_host_op_costs(d_model=256, heads=4, context=16, iters=20)
+    assert {"tiny_kernel", "gemv_addmm", "sdpa_decode", "event_record", "stream_wait_event",
+            "d2h_pinned_async", "h2d_pinned_async"} == set(costs)
+    assert all(0.0 < v < 0.1 for v in costs.values())
