@@ -185,6 +185,18 @@ def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
     return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
 
 
+def _less_handoff_ops(ops: Any, handoff_ops: float, placement: Placement) -> Any:
+    """The FFN operator count per layer (an average over the layers) without the CPU
+    part's hand-off operators, issued in the layers whose CPU part holds neurons."""
+    import dataclasses
+
+    share = float(np.mean(placement.gpu_counts < placement.neurons_per_layer))
+    less = round(handoff_ops * share)
+    return dataclasses.replace(ops, ffn_sparse=max(ops.ffn_sparse - less, 0) if ops.ffn_sparse
+                               else 0, ffn_dense=max(ops.ffn_dense - less, 0) if ops.ffn_dense
+                               else 0)
+
+
 def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
               cfg: HybridBenchConfig, prompt: Tensor,
               host: dict[str, float] | None = None) -> dict[str, float]:
@@ -208,6 +220,9 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
             hybrid_host_us=host["hybrid_host_us"],
             gpu_sparse_call_us=max(host["gpu_sparse_call_host_us"] - hardware.launch_s * 1e6,
                                    0.0))
+        if isinstance(decoder.ffn, HybridFFN):  # its hand-offs are in hybrid_host_us
+            twin = dataclasses.replace(twin, gpu_ops=_less_handoff_ops(
+                twin.gpu_ops, host["hybrid_host_ops"], placement_of(decoder, spec)))
     bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
                         batch_size=cfg.batch, threads=cfg.cpu_threads)
     oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights

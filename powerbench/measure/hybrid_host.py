@@ -41,11 +41,14 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
       slot to the GPU without blocking and added there;
     - hybrid_host_us: the decoder thread's own share of it (submit, and merge once the
       worker is done), which it spends in series with its launches;
+    - hybrid_host_ops: the aten operators that share issues (counted as `count_ops` counts
+      them: the twin's FFN operator count holds them too, and they are charged here);
     - gpu_sparse_call_host_us: the host time of one sparse_cuda FFN call (a device-side
       Threshold, one active neuron, 4096 of layer 0's neurons), launches included.
     """
     from powerbench.engine.hybrid import gather_part
     from powerbench.engine.hybrid_cpu import CpuPartRunner
+    from powerbench.measure.op_counts import OpCounter
     from powerbench.ops import get_backend
     from powerbench.ops.interface import Threshold
 
@@ -78,10 +81,14 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
                 return submitted - start + time.perf_counter() - merging
 
             own = _host_us(serial, repeats)
+            counter = OpCounter()
+            counter.region = "ffn"
+            with counter:  # the decoder thread's operators (the mode is per thread)
+                runner.merge(runner.submit(cpu_part, x, union, False), y)
             call = _host_us(_wall(lambda: gpu_ops.ffn(x, gpu_part.weights,
                                                       Threshold(scores, 0.5), check=False)),
                             repeats)
     finally:
         runner.close()
     return {"hybrid_roundtrip_us": trip, "hybrid_host_us": own,
-            "gpu_sparse_call_host_us": call}
+            "hybrid_host_ops": float(counter.counts["ffn"]), "gpu_sparse_call_host_us": call}
