@@ -157,8 +157,9 @@ def test_hybrid_on_gpu_reuses_its_buffers_safely_over_many_calls():
         for _ in range(3 * hybrid.cpu_runner.threads.probe_calls):
             for rows in (1, 1, 3):
                 x = torch.randn(rows, 64, device="cuda", dtype=torch.float16)
-                outs = [(hybrid(i, x), dense(i, x)) for i in range(weights.n_layers)]
-                for got, want in outs:  # compared after every layer was enqueued
+                n = weights.n_layers  # each layer thrice: every slot reused in flight
+                outs = [(hybrid(i % n, x), dense(i % n, x)) for i in range(3 * n)]
+                for got, want in outs:  # compared after every call was enqueued
                     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
         x = torch.full((1, 64), -50.0, device="cuda", dtype=torch.float16)
         torch.testing.assert_close(hybrid(0, x), dense(0, x), rtol=2e-2, atol=2e-2)
