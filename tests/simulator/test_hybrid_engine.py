@@ -146,9 +146,10 @@ def test_hybrid_on_gpu_reuses_its_buffers_safely_over_many_calls():
     """Decode-shaped calls in inference mode (the bench's), every layer each step: the
     pinned output slots and x buffers are reused while copies are in flight; layer 0 lies
     wholly on the CPU (no GPU part: the CPU part's y, or its output bias, alone)."""
-    model = _opt(d_model=64, d_ffn=256)
-    weights = extract_weights(model, dtype=torch.float16, device="cuda")
-    spec = make_spec(n_layers=weights.n_layers, d_model=64, d_ffn=256)
+    from powerbench.engine.synthetic import synthetic_decoder_weights
+
+    spec = make_spec(n_layers=3, d_model=64, d_ffn=256)  # torch alone: no transformers
+    weights = synthetic_decoder_weights(spec, torch.float16, device="cuda")
     ids = [np.arange(0)] + [np.arange(0, 256, 2)] * (weights.n_layers - 1)
     hybrid = HybridFFN(weights, placement=make_placement(spec, ids), active="oracle",
                        cpu_threads="auto")
