@@ -23,7 +23,11 @@ With a hardware profile (`hardware=`, e.g. the `local` one measured on this mach
 included) every row also gets the cost model's prediction of the same run: its twin (our
 engine's operator counts per step, `powerbench.measure.twin`), the same placement, the
 same per-token active sets (an exact, free predictor), and the error against the measured
-median (`sim_error_pct`).
+median (`sim_error_pct`). The twin also charges what the engine's host pays per layer,
+measured here just before the rows (`powerbench.measure.hybrid_host`): the CPU part's round
+trip, the decoder thread's own share of it (in series with its launches), and the host
+time of one sparse_cuda call beyond one launch. The host time to issue one call of each
+operator class a layer calls is measured too and printed with the table.
 """
 
 from __future__ import annotations
