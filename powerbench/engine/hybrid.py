@@ -149,9 +149,9 @@ class HybridFFN:
             cpu_ids = torch.nonzero(~on_gpu).flatten()
             # the output bias joins the GPU part (or the CPU part when the GPU holds none)
             self.gpu_parts.append(gather_part(layer.ffn, gpu_ids, self.device, weights.dtype,
-                                          with_bias=True))
+                                              with_bias=True))
             self.cpu_parts.append(gather_part(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
-                                          with_bias=gpu_ids.numel() == 0))
+                                              with_bias=gpu_ids.numel() == 0))
         # the output bias of a layer with no GPU neuron, for calls with no active CPU neuron
         self.cpu_bias = [None if gpu.size else _bias_on(cpu, self.device, weights.dtype)
                          for gpu, cpu in zip(self.gpu_parts, self.cpu_parts, strict=True)]
