@@ -56,6 +56,7 @@ class HybridFFNConfig(FFNConfig):
     active: str = "auto"  # auto (predictors if built, else oracle) | predictor | oracle | dense
     gpu_backend: str = "sparse_cuda"
     cpu_backend: str = "sparse_cpu"
+    cpu_threads: str = "auto"  # the CPU part's threads: auto (measured) or a count
 
 
 @dataclass

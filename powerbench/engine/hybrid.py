@@ -5,10 +5,16 @@ per layer and merged on the GPU, following the placement (`solver=...`, `hardwar
 Per layer and forward (x on the GPU, attention and KV cache on the GPU):
 
     1. active set: the predictor's mask (or the oracle / every neuron), union over rows
-    2. copy stream: x and the CPU part of the union -> pinned host memory (after 1)
-    3. main stream: the GPU part, sparse_cuda with a device-side Threshold (no host sync)
-    4. host: wait for 2 only, run the CPU part with sparse_cpu while 3 runs on the GPU
-    5. y = y_gpu + y_cpu (host -> device), returned to the decoder
+    2. copy stream: x and the union -> pinned host memory (after 1); a worker thread waits
+       for that copy and runs the CPU part with sparse_cpu (`powerbench.engine.hybrid_cpu`)
+    3. main thread and stream: the GPU part, sparse_cuda with a device-side Threshold (no
+       host sync), issued WHILE the worker computes (the launches are host time as well)
+    4. main thread: wait for the worker only; its y goes host -> device without blocking
+       from a pinned slot and is added on the main stream: y = y_gpu + y_cpu
+
+One host synchronisation per layer (the worker's wait for x); between it and the next
+layer's, the host runs ahead of the GPU. The CPU part's thread count is measured
+(engine.ffn.cpu_threads=auto, see hybrid_cpu) or given.
 
 It needs a CUDA device: on a machine without one the engine stops with a clear message
 (the CPU-only engines `dense`, `sparse_torch`, `sparse_cpu` and `simulate` remain).
@@ -18,7 +24,6 @@ memory use is not PowerInfer's (the split of the WORK, and its timing, is).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +34,7 @@ from powerbench.engine.config import DecoderEngineConfig, HybridEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
+from powerbench.engine.hybrid_cpu import CpuPartRunner
 from powerbench.engine.weights import DecoderWeights, GatedFFNWeights, ReluFFNWeights
 from powerbench.ops import get_backend
 from powerbench.ops import weights as opw
@@ -65,7 +71,7 @@ class _Part:
         return int(self.ids.numel())
 
 
-def _gather(f: ReluFFNWeights | GatedFFNWeights, ids: Tensor, device: torch.device,
+def gather_part(f: ReluFFNWeights | GatedFFNWeights, ids: Tensor, device: torch.device,
             dtype: torch.dtype, with_bias: bool) -> _Part:
     ids_dev = ids.to(device)
     local = torch.arange(ids.numel(), device=device)
@@ -109,7 +115,8 @@ class HybridFFN:
     def __init__(self, weights: DecoderWeights, placement: Any = None,
                  predictors: Any = None, active: str = "auto",
                  gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
-                 cpu_dtype: str | None = None, check: bool = False) -> None:
+                 cpu_dtype: str | None = None, cpu_threads: int | str = "auto",
+                 time_gpu_part: bool = True, check: bool = False) -> None:
         if placement is None:
             raise ValueError("engine=hybrid follows a placement: run it with solver=<name> and "
                              "hardware=<name> (the pipeline passes placement=...)")
@@ -141,29 +148,31 @@ class HybridFFN:
             on_gpu[gpu_ids] = True
             cpu_ids = torch.nonzero(~on_gpu).flatten()
             # the output bias joins the GPU part (or the CPU part when the GPU holds none)
-            self.gpu_parts.append(_gather(layer.ffn, gpu_ids, self.device, weights.dtype,
-                                          with_bias=True))
-            self.cpu_parts.append(_gather(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
-                                          with_bias=gpu_ids.numel() == 0))
-        # the CPU part's global ids where the masks live (no per-call host->device copy)
-        self.cpu_ids_dev = [part.ids.to(self.device) for part in self.cpu_parts]
+            self.gpu_parts.append(gather_part(layer.ffn, gpu_ids, self.device, weights.dtype,
+                                              with_bias=True))
+            self.cpu_parts.append(gather_part(layer.ffn, cpu_ids, self.cpu_device, cpu_dt,
+                                              with_bias=gpu_ids.numel() == 0))
+        # the output bias of a layer with no GPU neuron, for calls with no active CPU neuron
+        self.cpu_bias = [None if gpu.size else _bias_on(cpu, self.device, weights.dtype)
+                         for gpu, cpu in zip(self.gpu_parts, self.cpu_parts, strict=True)]
         self.concurrent = self.device.type == "cuda"
-        self.copy_stream = torch.cuda.Stream(self.device) if self.concurrent else None
         if active == "predictor" and self.concurrent:
             for module in getattr(predictors, "predictors", []):
                 module.to(self.device)
-        self._pinned: dict[tuple, Tensor] = {}
+        self.cpu_runner = CpuPartRunner(self.cpu_ops, self.device, _threads(cpu_threads),
+                                        check=check)
         self.calls = 0
-        self.cpu_s = 0.0
-        self.cpu_active = 0
-        self._gpu_active: Tensor | int = 0
-        self.reset_timing()
+        self._gpu_active: Tensor | int = 0  # GPU-only layers' share, counted on the device
+        self.reset_timing(time_gpu_part)
 
-    def reset_timing(self) -> None:
-        """Forget the decode-call timings (e.g. after a warm-up)."""
+    def reset_timing(self, time_gpu_part: bool = True) -> None:
+        """Forget the decode-call timings (e.g. after a warm-up); `time_gpu_part`: record
+        CUDA events around each decode call's GPU part from now on (two event records of
+        host time per call: a benchmark's timed rounds leave them out)."""
         # CUDA events around each decode call's GPU part, read (synchronising) by metrics()
+        self.time_gpu_part = time_gpu_part
         self._gpu_events: list[tuple[Any, Any]] = []
-        self.decode_cpu_s = 0.0
+        self.cpu_runner.decode_seconds = 0.0
         self.decode_calls = 0
 
     # ---- active sets --------------------------------------------------------------------
@@ -185,15 +194,6 @@ class HybridFFN:
             return self._oracle(i, x)
         return self.predictors.predict_mask(i, x).to(x.device)
 
-    def _host(self, key: str, like: Tensor) -> Tensor:
-        """A pinned host buffer shaped like `like` (reused across calls)."""
-        shape = (key, tuple(like.shape), like.dtype)
-        buf = self._pinned.get(shape)
-        if buf is None:
-            buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=self.concurrent)
-            self._pinned[shape] = buf
-        return buf
-
     def rewind(self) -> None:
         """Restart a replayed predictor (each benchmark round does the same work)."""
         rewind = getattr(self.predictors, "rewind", None)
@@ -204,35 +204,22 @@ class HybridFFN:
     def __call__(self, layer_idx: int, x: Tensor, observer: FFNObserver | None = None) -> Tensor:
         gpu, cpu = self.gpu_parts[layer_idx], self.cpu_parts[layer_idx]
         mask = self._mask(layer_idx, x)
-        union = mask.any(dim=0) if mask is not None else None
-        # 2. x and the CPU part of the union to the host, on the copy stream
-        cpu_union = union.index_select(0, self.cpu_ids_dev[layer_idx]) \
-            if (union is not None and cpu.size) else None
-        host_x, host_mask, copied = (self._to_host(x, cpu_union) if cpu.size
-                                     else (x, None, None))  # a GPU-only layer never waits
-        # 3. the GPU part, asynchronously, on the main stream (timed by CUDA events)
+        # one row (decode at batch 1): the mask row itself, no reduction launched
+        union = None if mask is None else mask[0] if mask.shape[0] == 1 else mask.any(dim=0)
         decode = x.shape[0] <= DECODE_ROWS
+        # 2. x and the union to pinned host memory (copy stream), the CPU part on the worker
+        job = self.cpu_runner.submit(cpu, x, union, decode) if cpu.size else None
+        # 3. the GPU part, asynchronously, on the main stream (timed by CUDA events)
         events = self._gpu_start() if decode else None
-        y = self._gpu_part(gpu, x, union)
+        y = self._gpu_part(gpu, x, union, counted=job is not None)
         if events is not None:
             events[1].record()
-        # 4. the CPU part, concurrently
-        if copied is not None:
-            copied.synchronize()
-        if cpu.size:
-            start = time.perf_counter()
-            ids = (cpu.all_ids if host_mask is None
-                   else torch.nonzero(host_mask).flatten())
-            self.cpu_active += int(ids.numel())
-            if ids.numel():
-                y_cpu = self.cpu_ops.ffn(host_x, cpu.weights, ids, check=self.check)
-                y = y + y_cpu.to(device=x.device, dtype=y.dtype)
-            elif gpu.size == 0:
-                y = y + self._bias_only(cpu, x)
-            spent = time.perf_counter() - start
-            self.cpu_s += spent
-            if decode:
-                self.decode_cpu_s += spent
+        # 4-5. wait for the worker only; its y joins on the main stream (no GPU sync)
+        if job is not None:
+            y = self.cpu_runner.merge(job, y)
+            if y is None:  # no GPU neuron and no active CPU neuron: the output bias alone
+                y = self._bias_only(layer_idx, x)
+        assert y is not None
         self.decode_calls += int(decode)
         self.calls += 1
         if observer is not None:
@@ -242,47 +229,32 @@ class HybridFFN:
             observer.record(layer_idx, x, computed)
         return y
 
-    def _to_host(self, x: Tensor, cpu_union: Tensor | None
-                 ) -> tuple[Tensor, Tensor | None, Any]:
-        if not self.concurrent:
-            return x, cpu_union, None
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(self.device))
-        assert self.copy_stream is not None
-        host_x = self._host("x", x)
-        host_mask = self._host("mask", cpu_union) if cpu_union is not None else None
-        with torch.cuda.stream(self.copy_stream):
-            self.copy_stream.wait_event(ready)
-            x.record_stream(self.copy_stream)
-            host_x.copy_(x, non_blocking=True)
-            if cpu_union is not None and host_mask is not None:
-                cpu_union.record_stream(self.copy_stream)
-                host_mask.copy_(cpu_union, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.copy_stream)
-        return host_x, host_mask, done
-
     def _gpu_start(self) -> tuple[Any, Any] | None:
-        if not self.concurrent or len(self._gpu_events) >= MAX_TIMED_CALLS:
+        if (not self.concurrent or not self.time_gpu_part
+                or len(self._gpu_events) >= MAX_TIMED_CALLS):
             return None
         events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         events[0].record()
         self._gpu_events.append(events)
         return events
 
-    def _gpu_part(self, gpu: _Part, x: Tensor, union: Tensor | None) -> Tensor:
+    def _gpu_part(self, gpu: _Part, x: Tensor, union: Tensor | None,
+                  counted: bool) -> Tensor | None:
+        """The GPU part's y (None: no GPU neuron); `counted`: the worker counts its active
+        neurons on the host (else a device-side count, no sync)."""
         if gpu.size == 0:
-            return torch.zeros_like(x)
+            return None
         if union is None:
             return self.gpu_ops.ffn(x, gpu.weights, gpu.all_ids, check=self.check)
         scores = union.index_select(0, gpu.ids).to(torch.float32)
-        self._gpu_active = self._gpu_active + scores.sum()  # stays on the device: no sync
+        if not counted:
+            self._gpu_active = self._gpu_active + scores.sum()
         return self.gpu_ops.ffn(x, gpu.weights, Threshold(scores, 0.5), check=self.check)
 
-    def _bias_only(self, cpu: _Part, x: Tensor) -> Tensor:
-        b2 = getattr(cpu.weights, "b2", None)
+    def _bias_only(self, layer_idx: int, x: Tensor) -> Tensor:
         out = torch.zeros_like(x)
-        return out if b2 is None else out + b2.to(device=x.device, dtype=x.dtype)
+        b2 = self.cpu_bias[layer_idx]
+        return out if b2 is None else out + b2
 
     # ---- reporting ----------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
@@ -293,7 +265,8 @@ class HybridFFN:
         else:
             gpu = float(self._gpu_active) if isinstance(self._gpu_active, int) \
                 else float(self._gpu_active.item())
-            cpu = float(self.cpu_active)
+            gpu += self.cpu_runner.gpu_active
+            cpu = float(self.cpu_runner.active)
         total = gpu + cpu
         timed: list[float] = []
         if self._gpu_events:
@@ -303,15 +276,31 @@ class HybridFFN:
             "hybrid_gpu_neuron_load_share": gpu / total if total > 0 else 0.0,
             "hybrid_gpu_neurons_per_call": gpu / max(self.calls, 1),
             "hybrid_cpu_neurons_per_call": cpu / max(self.calls, 1),
-            "hybrid_cpu_ffn_ms_per_call": self.cpu_s * 1e3 / max(self.calls, 1),
+            "hybrid_cpu_ffn_ms_per_call": self.cpu_runner.seconds * 1e3 / max(self.calls, 1),
             # decode-shaped calls (<= DECODE_ROWS rows) since the last reset_timing(): the
             # GPU part's time on its stream (CUDA events) and the CPU part's wall time
             "hybrid_gpu_ffn_ms_per_decode_call": sum(timed) / len(timed) if timed else 0.0,
             "hybrid_cpu_ffn_ms_per_decode_call":
-                self.decode_cpu_s * 1e3 / max(self.decode_calls, 1),
+                self.cpu_runner.decode_seconds * 1e3 / max(self.decode_calls, 1),
+            # the CPU part's thread count (measured choice with cpu_threads=auto; 0: still
+            # measuring)
+            "hybrid_cpu_threads": float(self.cpu_runner.threads.chosen or 0)
+            if any(p.size for p in self.cpu_parts) else 0.0,
             "hybrid_gpu_resident_neuron_share": float(sum(p.size for p in self.gpu_parts))
             / max(self.placement.n_layers * self.placement.neurons_per_layer, 1),
         }
+
+
+def _bias_on(part: _Part, device: torch.device, dtype: torch.dtype) -> Tensor | None:
+    b2 = getattr(part.weights, "b2", None)
+    return None if b2 is None else b2.to(device=device, dtype=dtype)
+
+
+def _threads(value: int | str) -> int | str:
+    """engine.ffn.cpu_threads: 'auto' or a count (Hydra may hand a count as a string)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
 
 
 def opw_dtype(name: str | None, default: torch.dtype) -> torch.dtype:

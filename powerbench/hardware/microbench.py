@@ -155,6 +155,51 @@ def cuda_sync_latency(iters: int = 200) -> float:
     return best
 
 
+def cuda_host_op_costs(d_model: int = 4096, heads: int = 32, context: int = 64,
+                       iters: int = 200) -> dict[str, float]:
+    """Host seconds to ISSUE one call of each operator class a GPU decoder layer calls
+    (median over `iters` single calls, the GPU idle before each, so the queue never makes
+    the host wait): a tiny elementwise kernel, a decode GEMV with bias (F.linear, one row,
+    d_model x d_model fp16), decode attention (SDPA, one query over `context` keys), an
+    event record, a stream's wait on an event, and non-blocking d_model-row copies
+    device->pinned host and pinned host->device. A layer whose host synchronises every
+    layer pays these in series with nothing to hide them."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    dev, f16 = "cuda", torch.float16
+    x = torch.randn(1, d_model, device=dev, dtype=f16)
+    w = torch.randn(d_model, d_model, device=dev, dtype=f16)
+    b = torch.randn(d_model, device=dev, dtype=f16)
+    hd = d_model // heads
+    q = torch.randn(1, heads, 1, hd, device=dev, dtype=f16)
+    kv = torch.randn(1, heads, context, hd, device=dev, dtype=f16)
+    host = torch.empty(1, d_model, dtype=f16, pin_memory=True)
+    event, side = torch.cuda.Event(), torch.cuda.Stream()
+    calls = {
+        "tiny_kernel": lambda: x.add_(0),
+        "gemv_addmm": lambda: F.linear(x, w, b),
+        "sdpa_decode": lambda: F.scaled_dot_product_attention(q, kv, kv),
+        "event_record": lambda: event.record(),
+        "stream_wait_event": lambda: side.wait_event(event),
+        "d2h_pinned_async": lambda: host.copy_(x, non_blocking=True),
+        "h2d_pinned_async": lambda: x.copy_(host, non_blocking=True),
+    }
+    out = {}
+    for name, fn in calls.items():
+        fn()
+        times = []
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+        out[name] = statistics.median(times)
+    return out
+
+
 def cuda_device_names() -> list[str]:
     if not cuda_available():
         return []

@@ -23,7 +23,11 @@ With a hardware profile (`hardware=`, e.g. the `local` one measured on this mach
 included) every row also gets the cost model's prediction of the same run: its twin (our
 engine's operator counts per step, `powerbench.measure.twin`), the same placement, the
 same per-token active sets (an exact, free predictor), and the error against the measured
-median (`sim_error_pct`).
+median (`sim_error_pct`). The twin also charges what the engine's host pays per layer,
+measured here just before the rows (`powerbench.measure.hybrid_host`): the CPU part's round
+trip, the decoder thread's own share of it (in series with its launches), and the host
+time of one sparse_cuda call beyond one launch. The host time to issue one call of each
+operator class a layer calls is measured too and printed with the table.
 """
 
 from __future__ import annotations
@@ -160,11 +164,12 @@ def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[flo
         offload = f"layer offload {share:.0%}"
         engines.append(BenchEngine(f"hybrid {share:.0%}", Decoder(weights, ffn=HybridFFN(
             weights, hot_neuron_placement(spec, profile, share), predictors=masks,
-            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend)),
+            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend,
+            time_gpu_part=False)),
             share, peer=offload))
         engines.append(BenchEngine(offload, Decoder(weights, ffn=HybridFFN(
             weights, layer_offload_placement(spec, share), active="dense",
-            gpu_backend=gpu_backend, cpu_backend=cpu_backend)), share))
+            gpu_backend=gpu_backend, cpu_backend=cpu_backend, time_gpu_part=False)), share))
     return engines
 
 
@@ -184,9 +189,24 @@ def placement_of(decoder: Decoder, spec: ModelSpec) -> Placement:
     return ffn.placement if isinstance(ffn, HybridFFN) else all_gpu_placement(spec)
 
 
+def _less_handoff_ops(ops: Any, handoff_ops: float, placement: Placement) -> Any:
+    """The FFN operator count per layer (an average over the layers) without the CPU
+    part's hand-off operators, issued in the layers whose CPU part holds neurons."""
+    import dataclasses
+
+    share = float(np.mean(placement.gpu_counts < placement.neurons_per_layer))
+    less = round(handoff_ops * share)
+    return dataclasses.replace(ops, ffn_sparse=max(ops.ffn_sparse - less, 0) if ops.ffn_sparse
+                               else 0, ffn_dense=max(ops.ffn_dense - less, 0) if ops.ffn_dense
+                               else 0)
+
+
 def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
-              cfg: HybridBenchConfig, prompt: Tensor) -> dict[str, float]:
-    """The cost model's decode tokens/s for this decoder's run (see the module docstring)."""
+              cfg: HybridBenchConfig, prompt: Tensor,
+              host: dict[str, float] | None = None) -> dict[str, float]:
+    """The cost model's decode tokens/s for this decoder's run (see the module docstring);
+    `host`: the measured host costs (`host_costs`) the twin charges."""
+    import dataclasses
     from types import SimpleNamespace
 
     from powerbench.config.schema import BenchConfig
@@ -198,6 +218,15 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
         dense, ops, dtype, dense_rows = twin_of(decoder, prompt[:, :8])
     computes_all = dense or getattr(decoder.ffn, "active", "") == "dense"
     twin = twin_config(computes_all, ops, dtype, None, dense_rows, cfg.cpu_threads)
+    if host:  # the sparse call beyond the one launch the twin's operator count charges
+        twin = dataclasses.replace(
+            twin, hybrid_roundtrip_us=host["hybrid_roundtrip_us"],
+            hybrid_host_us=host["hybrid_host_us"],
+            gpu_sparse_call_us=max(host["gpu_sparse_call_host_us"] - hardware.launch_s * 1e6,
+                                   0.0))
+        if isinstance(decoder.ffn, HybridFFN):  # its hand-offs are in hybrid_host_us
+            twin = dataclasses.replace(twin, gpu_ops=_less_handoff_ops(
+                twin.gpu_ops, host["hybrid_host_ops"], placement_of(decoder, spec)))
     bench = BenchConfig(prompt_tokens=cfg.prompt_tokens, new_tokens=cfg.new_tokens,
                         batch_size=cfg.batch, threads=cfg.cpu_threads)
     oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights
@@ -206,9 +235,11 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
 
 
 def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
-            hardware: Any = None, **backends: str) -> list[dict[str, Any]]:
+            hardware: Any = None, host: dict[str, float] | None = None,
+            **backends: str) -> list[dict[str, Any]]:
     """Every engine in interleaved rounds; one row per engine (see the module docstring);
-    with `hardware`, each row's simulated twin beside it."""
+    with `hardware`, each row's simulated twin beside it (charging `host`, the measured
+    host costs, when given)."""
     engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
     ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
                         generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
@@ -219,7 +250,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
     for engine, row in zip(engines, decode_rows, strict=True):
         split = split_pass(engine.decoder, ids, cfg.new_tokens)
         peer = by_name[engine.peer] if engine.peer else None
-        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids)
+        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids, host)
                if hardware is not None else {})
         sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
         gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
@@ -237,6 +268,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
             "ffn_us_per_call": row.ffn_us_per_call,
             "gpu_neuron_load_share": split.get("hybrid_gpu_neuron_load_share", float("nan")),
             "gpu_part_ms_per_call": gpu_ms, "cpu_part_ms_per_call": cpu_ms,
+            "cpu_part_threads": split.get("hybrid_cpu_threads", float("nan")),
             # the FFN call's host wall time against the two parts run one after the other
             "overlap_saved_ms_per_call": (gpu_ms + cpu_ms - row.ffn_us_per_call / 1e3
                                           if split else float("nan")),
@@ -247,7 +279,7 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
 COLUMNS = ("system", "decode_tokens_per_s", "p10", "p90", "sim_decode_tokens_per_s",
            "sim_error_pct", "speedup_vs_dense", "speedup_vs_layer_offload",
            "gpu_neuron_load_share", "gpu_part_ms_per_call", "cpu_part_ms_per_call",
-           "ffn_us_per_call", "overlap_saved_ms_per_call")
+           "cpu_part_threads", "ffn_us_per_call", "overlap_saved_ms_per_call")
 NOTES = [
     "SYNTHETIC weights of the real shapes: only speed is meaningful; active sets replayed "
     "from the synthetic profile (an exact, free predictor).",
@@ -276,6 +308,7 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
     import dataclasses
 
     from powerbench.engine.synthetic import synthetic_decoder_weights, torch_dtype, trace_profile
+    from powerbench.hardware.microbench import cuda_host_op_costs
 
     if not torch.cuda.is_available():
         raise RuntimeError("the hybrid benchmark needs a CUDA GPU (engine=hybrid); none is "
@@ -284,10 +317,28 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
     profile = trace_profile(full, spec.n_layers, cfg.trace_tokens, seed=cfg.seed)
     weights = synthetic_decoder_weights(spec, torch_dtype(cfg.dtype), seed=cfg.seed,
                                         device="cuda")
-    rows = measure(weights, spec, profile, cfg, hardware=hardware)
+    from powerbench.measure.hybrid_host import host_costs
+
+    host = host_costs(weights) if hardware is not None else None
+    op_us = ({k: v * 1e6 for k, v in cuda_host_op_costs(spec.d_model, spec.n_heads).items()}
+             if hardware is not None else None)
+    rows = measure(weights, spec, profile, cfg, hardware=hardware, host=host)
+    notes = list(NOTES) if hardware is not None else NOTES[:2]
+    if host is not None:
+        notes.append(
+            f"Host costs measured here before the rows (twin inputs): the hybrid layer's "
+            f"round trip {host['hybrid_roundtrip_us']:.1f} us (x and mask to the host, "
+            f"the worker thread, its y back and added; one active neuron), "
+            f"{host['hybrid_host_us']:.1f} us of it on the decoder's thread, one sparse_cuda "
+            f"FFN call {host['gpu_sparse_call_host_us']:.1f} us of host time "
+            f"(launch {hardware.launch_s * 1e6:.1f} us).")
+    if op_us is not None:
+        notes.append("Host time to issue one call, GPU idle (measured here; not yet charged "
+                     "by class in the twin): " + ", ".join(f"{k} {v:.1f} us"
+                                                         for k, v in op_us.items()) + ".")
     return Report(
         study="hybrid_gpu", name=f"hybrid_{full.name}", rows=rows, key=("system",),
         title=f"engine=hybrid vs layer offload, {full.name} shape ({spec.n_layers} of "
               f"{full.n_layers} layers), {cfg.dtype}, batch {cfg.batch}",
-        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg)},
-        notes=list(NOTES) if hardware is not None else NOTES[:2])
+        columns=COLUMNS, params={"model": full.name, **dataclasses.asdict(cfg), **(host or {})},
+        notes=notes)

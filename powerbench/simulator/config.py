@@ -182,6 +182,12 @@ class SimulatorConfig:
     # 0. Validation on `local` measures it (the fused
     # operator on an empty active set at the model's shapes, minus one dispatch).
     cpu_sparse_call_us: float | None = None
+    # Host time of one neuron-aware sparse FFN call on the ACCELERATOR beyond its kernels'
+    # launches (the binding's argument handling and small ATen calls), microseconds: the
+    # launch-bound side of that call is then ops x launch_s + this (still max'ed with its
+    # roofline). None/0: launches only. The hybrid benchmark measures it on the GPU (the
+    # call's host time, GPU idle, minus its launches).
+    gpu_sparse_call_us: float | None = None
     # The serving engine's own host time per forward pass that does NOT overlap the
     # device's work (Python scheduling, input preparation, per-layer launches issued from
     # Python, sampling): `host_layer_us` per layer plus `host_pass_us` per pass. 0 for the
@@ -196,6 +202,12 @@ class SimulatorConfig:
     # `sync_s` of the profile. It sits on the other device's branch of the layer (the GPU
     # computes its own neurons meanwhile). conf/simulator/cost_model.yaml sources it.
     hybrid_roundtrip_us: float | None = None
+    # The part of that round trip the home device's host thread spends itself, in series
+    # with its own launches (handing x and the mask to the other device, taking its partial
+    # sum back and queuing the add), microseconds per merge; the rest of the round trip
+    # overlaps the home device's work. None: 0 (the whole trip overlaps). The hybrid
+    # benchmark measures it (our engine's submit + merge host time).
+    hybrid_host_us: float | None = None
     # Host merges per hybrid layer: how many times its FFN's partial results meet on the
     # host, each one round trip (PowerInfer's public code: 2, the up/gate outputs and the
     # down outputs; each extra merge also moves the d_ffn-wide activation both ways).

@@ -11,14 +11,18 @@ stream is merged there):
                2 x params_per_neuron x (neuron, row) pairs FLOPs (int4 on the accelerator's
                sparse operators: the down column at efficiency.int4_axpy of the input
                rows' rate, CostModel.int4_axpy_scale; + cpu_sparse_call_us per
-               sparse CPU call: the operator's fixed cost beyond one dispatch). When both devices hold neurons
+               sparse CPU call: the operator's fixed cost beyond one dispatch; on the
+               accelerator the sparse call's launch-bound side is ops x launch +
+               gpu_sparse_call_us, its binding's host time). When both devices hold neurons
                of the layer they run CONCURRENTLY:
                    t_ffn = max(t_home, t_link(x + mask) + t_other + t_link(y)) + T_sync
                (the other device needs the layer input and the predicted mask, and sends its
                partial sum back: ONE synchronisation plus the activation transfer; the
                transfers sit on the other device's branch, with the round trip's fixed cost
                beyond that synchronisation: cfg.hybrid_roundtrip_us - T_sync, the worker
-               threads' wake-up and the copies' own synchronisations; with
+               threads' wake-up and the copies' own synchronisations, less
+               cfg.hybrid_host_us, the home host's own part of the trip, which is charged
+               in series with both branches (the host issues it around its launches); with
                cfg.hybrid_merges = m host merges per layer, m round trips and the d_ffn-wide
                activation both ways m - 1 more times, all on that branch, a lower bound of
                the staged max(GPU up, CPU up) + max(GPU down, CPU down)). A layer whose FFN lives only on
@@ -138,14 +142,17 @@ class CostModel:
         self.ops: dict[str, OpCounts] = {CPU: cfg.cpu_ops, GPU: cfg.gpu_ops}
         self.int4 = str(placement.weight_dtype) == "int4"
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
-        # a hybrid layer's round trip beyond the one synchronisation charged as `sync`
+        # a hybrid layer's round trip beyond the one synchronisation charged as `sync` and
+        # the home host's own part of it (`host_serial_s`, charged in series)
+        self.host_serial_s = cfg.hybrid_merges * (cfg.hybrid_host_us or 0.0) * 1e-6
         self.roundtrip_extra_s = 0.0
         if cfg.hybrid_merges < 1:
             raise ValueError(f"simulator.hybrid_merges is {cfg.hybrid_merges}: it must be >= 1")
         if self.link is not None:
             trip_s = (cfg.hybrid_roundtrip_us * 1e-6 if cfg.hybrid_roundtrip_us is not None
                       else self.link.sync_s)
-            self.roundtrip_extra_s = max(cfg.hybrid_merges * trip_s - self.link.sync_s, 0.0)
+            self.roundtrip_extra_s = max(cfg.hybrid_merges * trip_s - self.link.sync_s
+                                         - self.host_serial_s, 0.0)
         # each merge after the first moves the d_ffn-wide activation to the host and back
         self.merge_bytes = (cfg.hybrid_merges - 1) * spec.neurons_per_layer * cfg.activation_bytes
         self.cpu_counts = placement.neurons_per_layer - self.gpu_counts
@@ -217,6 +224,9 @@ class CostModel:
         if self.sparse and dev == CPU:
             call_us = self.cfg.cpu_sparse_call_us
             t = t + (call_us * 1e-6 if call_us is not None else self.dev[CPU].sparse_call_s)
+        if self.sparse and dev == GPU and self.cfg.gpu_sparse_call_us:
+            # the call's host issue time: its launches plus the binding's own host work
+            t = np.maximum(t, ops * self.dev[GPU].op_s + self.cfg.gpu_sparse_call_us * 1e-6)
         return t
 
     def lm_head(self, shape: PassShape) -> tuple[str, float]:
@@ -299,7 +309,7 @@ class CostModel:
         back = self.link.transfer((self.x_bytes + self.merge_bytes) * rows, home)
         t_other = to_other + times[other] + back + self.roundtrip_extra_s
         busy["ffn_link"][:, i] = to_other + back + self.roundtrip_extra_s
-        ffn = np.maximum(t_home, t_other)
+        ffn = self.host_serial_s + np.maximum(t_home, t_other)
         if self.shared_bw is not None:  # one DRAM feeds both units: bytes share its bandwidth
             both = (computed[GPU] + computed[CPU]) * self.neuron_bytes / self.shared_bw
             ffn = np.maximum(ffn, both)

@@ -103,3 +103,42 @@ def test_every_row_gets_its_simulated_twin(profile):
 def test_shares_outside_zero_one_are_refused():
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         HybridBenchConfig(gpu_ffn_shares=(1.0,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_costs_are_measured_on_the_gpu():
+    from powerbench.measure.hybrid_host import host_costs
+
+    weights = synthetic_decoder_weights(SPEC, torch.float16, device="cuda")
+    costs = host_costs(weights, repeats=20)
+    assert set(costs) == {"hybrid_roundtrip_us", "hybrid_host_us", "hybrid_host_ops",
+                          "gpu_sparse_call_host_us"}
+    assert all(0.0 < v < 1e5 for v in costs.values())
+    assert costs["hybrid_host_us"] < costs["hybrid_roundtrip_us"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_op_costs_cover_every_class():
+    from powerbench.hardware.microbench import cuda_host_op_costs
+
+    costs = cuda_host_op_costs(d_model=256, heads=4, context=16, iters=20)
+    assert {"tiny_kernel", "gemv_addmm", "sdpa_decode", "event_record", "stream_wait_event",
+            "d2h_pinned_async", "h2d_pinned_async"} == set(costs)
+    assert all(0.0 < v < 0.1 for v in costs.values())
+
+
+def test_twin_leaves_out_the_hand_offs_of_the_layers_with_a_cpu_part():
+    from powerbench.measure.hybrid_bench import _less_handoff_ops
+    from powerbench.simulator.config import OpCounts
+
+    ops = OpCounts(attention=20, predictor=0, ffn_dense=0, ffn_sparse=12, lm_head=3)
+    # 3 of 4 layers hold CPU neurons: 8 hand-off operators x 3/4 = 6 fewer per layer
+    placement = layer_offload_placement(SPEC, 0.25)
+    assert placement.gpu_counts.tolist() == [0, 0, 0, 512]
+    less = _less_handoff_ops(ops, 8.0, placement)
+    assert (less.ffn_sparse, less.ffn_dense, less.attention) == (6, 0, 20)
+    dense = _less_handoff_ops(OpCounts(attention=20, predictor=0, ffn_dense=5, ffn_sparse=0,
+                                       lm_head=3), 8.0, placement)
+    assert (dense.ffn_dense, dense.ffn_sparse) == (0, 0)

@@ -242,3 +242,53 @@ def test_attention_scores_run_at_the_units_attention_rate():
     slow = replace(hw, units={"cpu": replace(hw.cpu, effective_attention_flops=1e8)})
     model = CostModel(spec, placement, slow, zero_overhead_config(), predictor_bytes=np.zeros(1))
     assert model.attention(0, shape)[0] == pytest.approx(proj / 1e9 + scores / 1e8)
+
+
+def test_gpu_sparse_call_host_time_joins_its_launches():
+    """GPU side of a sparse FFN call: max(roofline, ops x launch + gpu_sparse_call_us)."""
+    from powerbench.simulator.config import OpCounts, SimulatorConfig
+
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6,
+                       launch_s=5e-6)
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [_one_token_trace(10, 40)])
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
+    shape = PassShape.decode(np.array([10]), 1)
+    ops = OpCounts(attention=0, predictor=0, ffn_dense=0, ffn_sparse=3, lm_head=0)
+    busy = {}
+    for call_us in (None, 40.0):
+        cfg = SimulatorConfig(gpu_ops=ops, cpu_ops=ops, cpu_op_us=0.0, cpu_sparse_call_us=0.0,
+                              gpu_sparse_call_us=call_us)
+        model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
+        busy[call_us] = model.forward(work, shape).busy
+    # 10 neurons x 256 B at 100 GB/s = 25.6 ns of roofline: launch-bound either way
+    assert busy[None]["ffn@gpu"][0, 0] == pytest.approx(3 * 5e-6)
+    assert busy[40.0]["ffn@gpu"][0, 0] == pytest.approx(3 * 5e-6 + 40e-6)
+    assert busy[40.0]["ffn@cpu"][0, 0] == busy[None]["ffn@cpu"][0, 0]  # GPU calls only
+
+
+@pytest.mark.parametrize("gpu_bw", [100 * GB, 0.001 * GB], ids=["cpu_bound", "gpu_bound"])
+def test_hybrid_host_part_of_the_round_trip_runs_in_series(gpu_bw):
+    """A 100 us round trip of which 30 us is the home host's own: CPU-branch bound, the FFN
+    time is unchanged (those 30 us were inside the trip); GPU-branch bound, it grows by
+    exactly 30 us (the host issued them around its launches)."""
+    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=gpu_bw, link_bw=1 * GB, sync_s=10e-6)
+    spec = make_spec()
+    placement = make_placement(spec, [np.arange(128)])
+    profile = make_profile(spec, [_one_token_trace(10, 40)])
+    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
+    shape = PassShape.decode(np.array([10]), 1)
+    ffn = {}
+    for host_us in (None, 30.0):
+        cfg = zero_overhead_config(hybrid_roundtrip_us=100.0, hybrid_host_us=host_us)
+        model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
+        ffn[host_us] = model.forward(work, shape).layer["ffn"][0, 0]
+    t_gpu = 10 * NEURON_B / gpu_bw
+    # CPU branch: x and 128 mask bytes over, 40 neurons at 10 GB/s, y back, trip - sync
+    t_cpu = (X_B + 128) / 1e9 + 40 * NEURON_B / 10e9 + X_B / 1e9 + 90e-6
+    assert ffn[None] == pytest.approx(max(t_gpu, t_cpu))
+    if t_cpu > t_gpu:
+        assert ffn[30.0] == pytest.approx(ffn[None])
+    else:
+        assert ffn[30.0] == pytest.approx(t_gpu + 30e-6)
