@@ -12,6 +12,7 @@
 
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "sparse_cuda_kernels.cuh"
@@ -50,7 +51,7 @@ at::Tensor as_2d(const at::Tensor& t, int64_t cols, const char* name) {
   TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor");
   TORCH_CHECK_TYPE(t.is_floating_point(), name, " must be a floating-point tensor");
   TORCH_CHECK_VALUE(t.dim() == 2 && t.size(1) == cols && t.size(0) >= 1, name,
-                    " must be [batch >= 1, ", cols, "]");
+                    " must be [batch >= 1, ", std::to_string(cols), "]");
   return readable(t);
 }
 
@@ -94,7 +95,7 @@ ActiveSet active_set(const std::optional<at::Tensor>& idx, const std::optional<a
   } else {
     TORCH_CHECK_VALUE(scores.has_value(), "give idx or scores");
     TORCH_CHECK_VALUE(scores->is_cuda() && scores->dim() == 1 && scores->size(0) == limit,
-                      "scores must be a CUDA tensor of shape [", limit, "]");
+                      "scores must be a CUDA tensor of shape [", std::to_string(limit), "]");
     TORCH_CHECK_TYPE(scores->is_floating_point(), "scores must be a floating-point tensor");
     s.scores = readable(*scores);
     s.a.n = limit;
@@ -108,7 +109,7 @@ pbcuda::Typed opt_vec(const std::optional<at::Tensor>& v, at::Tensor& keep, int6
                       const char* name) {
   if (!v.has_value()) return {nullptr, pbcuda::kF32};
   TORCH_CHECK_VALUE(v->is_cuda() && v->dim() == 1 && v->size(0) == len, name,
-                    " must be a CUDA tensor of shape [", len, "]");
+                    " must be a CUDA tensor of shape [", std::to_string(len), "]");
   TORCH_CHECK_TYPE(v->is_floating_point(), name, " must be a floating-point tensor");
   keep = readable(*v);
   return typed(keep);
@@ -230,7 +231,7 @@ at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor
                         wg.scalar_type() == wu.scalar_type() &&
                         wg.scalar_type() == wd_t.scalar_type(),
                     "w_gate, w_up, w_down_t must all be [d_ffn, d_model] of one dtype");
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", std::to_string(kind));
   const int64_t N = wg.size(0), K = wg.size(1);
   const at::Tensor xc = row_x(x, wg, "x");
   const ActiveSet s = active_set(idx, scores, threshold, N);

@@ -95,32 +95,65 @@ __device__ __forceinline__ void unpack(const uint4& raw, float (&v)[N]) {
   }
 }
 
-// N consecutive values of T at p (N * sizeof(T) = 8, 16 or 32 bytes, aligned to 8 / 16) as
-// floats, through the read-only cache.
+// N consecutive values of T at p (N * sizeof(T) = 8, 16 or 32 bytes, aligned to 8 / 16):
+// load_raw issues the loads (through the read-only cache) into 16-byte words, unpack_raw
+// turns them into floats, so a caller can put many loads in flight before using any.
 template <typename T, int N>
-__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
+__host__ __device__ constexpr int raw_words() { return (N * int(sizeof(T)) + 15) / 16; }
+
+template <typename T, int N>
+__device__ __forceinline__ void load_raw(const T* p, uint4 (&r)[raw_words<T, N>()]) {
   constexpr int kBytes = N * int(sizeof(T));
   if constexpr (kBytes == 8) {
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
-    if constexpr (sizeof(T) == 2) {
-      uint4 full = {raw.x, raw.y, 0u, 0u};
-      float tmp[8];
-      unpack<T, 8>(full, tmp);
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = tmp[i];
-    } else {
-      v[0] = __uint_as_float(raw.x); v[1] = __uint_as_float(raw.y);
-    }
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(p));
+    r[0] = make_uint4(h.x, h.y, 0u, 0u);
   } else {
     static_assert(kBytes % 16 == 0, "8, 16 or 32 bytes");
-    constexpr int M = 16 / int(sizeof(T));
 #pragma unroll
-    for (int h = 0; h < kBytes / 16; ++h) {
+    for (int h = 0; h < kBytes / 16; ++h) r[h] = __ldg(reinterpret_cast<const uint4*>(p) + h);
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void unpack_raw(const uint4 (&r)[raw_words<T, N>()], float (&v)[N]) {
+  constexpr int kBytes = N * int(sizeof(T));
+  if constexpr (kBytes == 8 && sizeof(T) == 4) {
+    v[0] = __uint_as_float(r[0].x); v[1] = __uint_as_float(r[0].y);
+  } else {
+    constexpr int M = 16 / int(sizeof(T));  // values per word (a half-used word when 8 bytes)
+#pragma unroll
+    for (int h = 0; h < raw_words<T, N>(); ++h) {
       float tmp[M];
-      unpack<T, M>(__ldg(reinterpret_cast<const uint4*>(p) + h), tmp);
+      unpack<T, M>(r[h], tmp);
 #pragma unroll
-      for (int i = 0; i < M; ++i) v[h * M + i] = tmp[i];
+      for (int i = 0; i < M && h * M + i < N; ++i) v[h * M + i] = tmp[i];
     }
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
+  uint4 r[raw_words<T, N>()];
+  load_raw<T, N>(p, r);
+  unpack_raw<T, N>(r, v);
+}
+
+// x for the row kernels: through the read-only cache from global memory, or (S: x staged in
+// shared memory by the block) with a plain load.
+template <typename T, int N, bool S>
+__device__ __forceinline__ void load_x(const T* p, float (&v)[N]) {
+  if constexpr (S) {
+    uint4 r[raw_words<T, N>()];
+    if constexpr (N * sizeof(T) == 8) {
+      const uint2 h = *reinterpret_cast<const uint2*>(p);
+      r[0] = make_uint4(h.x, h.y, 0u, 0u);
+    } else {
+#pragma unroll
+      for (int i = 0; i < raw_words<T, N>(); ++i) r[i] = reinterpret_cast<const uint4*>(p)[i];
+    }
+    unpack_raw<T, N>(r, v);
+  } else {
+    load_f<T, N>(p, v);
   }
 }
 
@@ -167,7 +200,7 @@ __device__ __forceinline__ bool resolve(const Active& a, int64_t j, int64_t& r) 
 
 // acc[r][t] = W[rows[r]] . x[t] for the live rows (0 for the others), t < nt, summed over the
 // warp (every lane gets the sums). Needs K % (16 / sizeof(WT)) == 0, W and x 16-byte aligned.
-template <typename WT, typename XT, int R, int TB, int V>
+template <typename WT, typename XT, int R, int TB, int V, bool S>
 __device__ __forceinline__ void rows_dot_vec(const WT* __restrict__ w, const int64_t (&rows)[R],
                                              const bool (&live)[R], const XT* __restrict__ x,
                                              int64_t K, int nt, int lane, float (&acc)[R][TB]) {
@@ -194,7 +227,7 @@ __device__ __forceinline__ void rows_dot_vec(const WT* __restrict__ w, const int
       for (int t = 0; t < TB; ++t) {
         if (t >= nt) break;
         float xv[N];
-        load_f<XT, N>(x + t * K + k, xv);
+        load_x<XT, N, S>(x + t * K + k, xv);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float s = acc[r][t];
@@ -225,7 +258,7 @@ __device__ __forceinline__ void rows_dot_scalar(const WT* __restrict__ w, const 
   }
 }
 
-template <typename WT, typename XT, int R, int TB, int V>
+template <typename WT, typename XT, int R, int TB, int V, bool S>
 __device__ __forceinline__ void rows_dot(const WT* __restrict__ w, const int64_t (&rows)[R],
                                          const bool (&live)[R], const XT* __restrict__ x,
                                          int64_t K, int nt, int lane, bool vec,
@@ -239,7 +272,7 @@ __device__ __forceinline__ void rows_dot(const WT* __restrict__ w, const int64_t
   }
   if (!any) return;  // warp-uniform
   if (vec) {
-    rows_dot_vec<WT, XT, R, TB, V>(w, rows, live, x, K, nt, lane, acc);
+    rows_dot_vec<WT, XT, R, TB, V, S>(w, rows, live, x, K, nt, lane, acc);
   } else {
     rows_dot_scalar<WT, XT, R, TB>(w, rows, live, x, K, nt, lane, acc);
   }
@@ -263,7 +296,39 @@ __device__ __forceinline__ void warp_rows(const Active& a, int64_t j0, bool scat
   }
 }
 
-template <typename WT, typename XT, int R, int TB, int V, int W>
+// S: the block copies its token tile of x (`values` of them, 16-byte aligned, a multiple of
+// 16 bytes: the 16-byte path's conditions) into shared memory with every thread's loads in
+// flight at once, and the warps read x from there. Read from global memory instead, each
+// step's x loads wait for the previous step's FMAs (the compiler keeps them in order to save
+// registers): one L2 round trip per step and token, ~60 us per warp at batch 8 on an H200.
+// Called by every thread before any returns (it holds a block barrier).
+template <typename XT, bool S>
+__device__ __forceinline__ const XT* staged_x(const XT* x, int64_t values) {
+  if constexpr (S) {
+    extern __shared__ uint4 staged_words[];
+    const int64_t words = values * int64_t(sizeof(XT)) / 16;
+    const uint4* src = reinterpret_cast<const uint4*>(x);
+    constexpr int kInFlight = 8;  // loads per thread issued before their stores
+    const int64_t step = blockDim.x;
+    for (int64_t i = threadIdx.x; i < words; i += kInFlight * step) {
+      uint4 part[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * step < words) part[u] = __ldg(src + i + u * step);
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * step < words) staged_words[i + u * step] = part[u];
+      }
+    }
+    __syncthreads();
+    return reinterpret_cast<const XT*>(staged_words);
+  } else {
+    return x;
+  }
+}
+
+template <typename WT, typename XT, int R, int TB, int V, int W, bool S>
 __global__ void __launch_bounds__(W * 32)
     row_kernel(const WT* __restrict__ w, int64_t K, const XT* __restrict__ x, int64_t B,
                Active a, Typed bias, bool relu, DType ot, void* __restrict__ out, int64_t ldo,
@@ -272,14 +337,15 @@ __global__ void __launch_bounds__(W * 32)
   allow_dependent_launch();
   const int lane = threadIdx.x & 31;
   const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
-  if (j0 >= a.n) return;
   const int64_t b0 = int64_t(blockIdx.y) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
+  const XT* xt = staged_x<XT, S>(x + b0 * K, int64_t(nt) * K);
+  if (j0 >= a.n) return;
   int64_t rows[R], col[R];
   bool live[R];
   warp_rows<R>(a, j0, scatter, rows, live, col);
   float acc[R][TB];
-  rows_dot<WT, XT, R, TB, V>(w, rows, live, x + b0 * K, K, nt, lane, vec, acc);
+  rows_dot<WT, XT, R, TB, V, S>(w, rows, live, xt, K, nt, lane, vec, acc);
   // value (r, t) is stored by lane (r * TB + t) % 32
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -296,7 +362,7 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-template <typename WT, typename XT, int R, int TB, int V, int W>
+template <typename WT, typename XT, int R, int TB, int V, int W, bool S>
 __global__ void __launch_bounds__(W * 32)
     gated_kernel(const WT* __restrict__ wg, const WT* __restrict__ wu, int64_t K,
                  const XT* __restrict__ x, int64_t B, Active a, GatedKind kind,
@@ -305,14 +371,15 @@ __global__ void __launch_bounds__(W * 32)
   allow_dependent_launch();
   const int lane = threadIdx.x & 31;
   const int64_t j0 = (int64_t(blockIdx.x) * W + (threadIdx.x >> 5)) * R;
-  if (j0 >= a.n) return;
   const int64_t b0 = int64_t(blockIdx.y) * TB;
   const int nt = int(B - b0 < TB ? B - b0 : TB);
+  const XT* xt = staged_x<XT, S>(x + b0 * K, int64_t(nt) * K);
+  if (j0 >= a.n) return;
   int64_t rows[R], col[R];
   bool live[R];
   warp_rows<R>(a, j0, /*scatter=*/false, rows, live, col);
   float g[R][TB];
-  rows_dot<WT, XT, R, TB, V>(wg, rows, live, x + b0 * K, K, nt, lane, vec, g);
+  rows_dot<WT, XT, R, TB, V, S>(wg, rows, live, xt, K, nt, lane, vec, g);
   bool up[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // warp-uniform: every lane holds the reduced sums
@@ -322,7 +389,7 @@ __global__ void __launch_bounds__(W * 32)
     up[r] = live[r] && any;
   }
   float u[R][TB];
-  rows_dot<WT, XT, R, TB, V>(wu, rows, up, x + b0 * K, K, nt, lane, vec, u);
+  rows_dot<WT, XT, R, TB, V, S>(wu, rows, up, xt, K, nt, lane, vec, u);
   const int64_t ldh = a.n;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -539,6 +606,44 @@ cudaError_t with_row_config(DType wt, DType xt, int64_t B, F&& f) {
   });
 }
 
+// Shared memory for x staged by a row block (0: x read from global memory): its whole token
+// tile, when the 16-byte path applies and the tile fits kMaxStagedX (a decode step's x
+// always does: 8 KB for d_model 4096 in fp16; batch 8 up to d_model 8192 in fp16).
+constexpr size_t kMaxStagedX = 160 * 1024;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;  // beyond this a kernel must opt in
+
+// The most shared memory a block may stage x in: kMaxStagedX, or less where the device
+// allows less (e.g. 64 KB on sm_75, 99 KB on sm_86).
+size_t staged_x_limit() {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return kDefaultSharedBytes;
+  }
+  return optin > 0 && size_t(optin) < kMaxStagedX ? size_t(optin) : kMaxStagedX;
+}
+
+size_t staged_x_bytes(bool vec, int64_t tb, int64_t K, size_t x_bytes) {
+  const size_t bytes = size_t(tb) * size_t(K) * x_bytes;
+  if (!vec || bytes > kMaxStagedX) return 0;
+  return bytes <= kDefaultSharedBytes || bytes <= staged_x_limit() ? bytes : 0;
+}
+
+// Launches `kernel` (a row or gated kernel instantiation) with `smem` bytes of dynamic shared
+// memory, opting in (once per instantiation, to the device's limit) beyond the default.
+template <typename Kernel, typename... Args>
+cudaError_t launch_staged(Kernel kernel, dim3 grid, int threads, size_t smem,
+                          cudaStream_t stream, Args... args) {
+  if (smem > kDefaultSharedBytes) {
+    static const cudaError_t opted = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged_x_limit()));
+    if (opted != cudaSuccess) return opted;
+  }
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 bool row_vec(DType wt, int64_t K, const void* x, std::initializer_list<const void*> ws) {
   bool ok = K % vec_width(wt) == 0 && aligned(x, 16);
   for (const void* w : ws) ok = ok && aligned(w, 16);
@@ -608,10 +713,14 @@ cudaError_t launch_row(DType wt, const void* w, int64_t K, DType xt, const void*
     constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
     constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
     const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
-    row_kernel<WT, XT, kR, kTB, kV, kW><<<grid, kW * 32, 0, stream>>>(
-        static_cast<const WT*>(w), K, static_cast<const XT*>(x), B, a, bias, relu, ot, out,
-        ldo, scatter, vec, zero, int64_t(zero_bytes / 4));
-    return cudaGetLastError();
+    const size_t smem = staged_x_bytes(vec, kTB, K, sizeof(XT));
+    auto launch = [&](auto kernel) {
+      return launch_staged(kernel, grid, kW * 32, smem, stream, static_cast<const WT*>(w), K,
+                           static_cast<const XT*>(x), B, a, bias, relu, ot, out, ldo, scatter,
+                           vec, zero, int64_t(zero_bytes / 4));
+    };
+    return smem ? launch(row_kernel<WT, XT, kR, kTB, kV, kW, true>)
+                : launch(row_kernel<WT, XT, kR, kTB, kV, kW, false>);
   });
 }
 
@@ -626,10 +735,14 @@ cudaError_t launch_gated(DType wt, const void* w_gate, const void* w_up, int64_t
     constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
     constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
     const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
-    gated_kernel<WT, XT, kR, kTB, kV, kW><<<grid, kW * 32, 0, stream>>>(
-        static_cast<const WT*>(w_gate), static_cast<const WT*>(w_up), K,
-        static_cast<const XT*>(x), B, a, kind, h, vec, zero, int64_t(zero_bytes / 4));
-    return cudaGetLastError();
+    const size_t smem = staged_x_bytes(vec, kTB, K, sizeof(XT));
+    auto launch = [&](auto kernel) {
+      return launch_staged(kernel, grid, kW * 32, smem, stream, static_cast<const WT*>(w_gate),
+                           static_cast<const WT*>(w_up), K, static_cast<const XT*>(x), B, a,
+                           kind, h, vec, zero, int64_t(zero_bytes / 4));
+    };
+    return smem ? launch(gated_kernel<WT, XT, kR, kTB, kV, kW, true>)
+                : launch(gated_kernel<WT, XT, kR, kTB, kV, kW, false>);
   });
 }
 
