@@ -22,7 +22,7 @@ from powerbench.ops.bench_timing import timing_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
 
-KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
+KEY = ("backend", "isa", "variant", "op", "shape", "dtype", "batch", "sparsity_pct")
 SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
          "dense_time_us", "speedup", "ideal_speedup", "achieved_gbps", "dense_gbps",
          "dense_fraction", "bandwidth_fraction")
@@ -35,7 +35,7 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
     cfg = replace(QUICK if task.quick else OperatorBenchConfig(), device=task.device)
     chosen = {"shapes": task.shapes, "dtypes": task.dtypes, "batches": task.batches,
               "sparsities": task.sparsities, "ops": task.ops, "backends": task.backends,
-              "isas": task.isas}
+              "isas": task.isas, "variants": task.variants}
     cfg = replace(cfg, **{k: tuple(v) for k, v in chosen.items() if v})
     timing = {k: v for k, v in asdict(task.timing).items() if v is not None}
     cfg = replace(cfg, timing=replace(cfg.timing, **timing), huge_pages=task.huge_pages)
