@@ -205,7 +205,8 @@ class Contender:
         isa, knobs = self.isa, list(self.knobs)
         if isa:
             self.ops.select_isa(isa)  # type: ignore[attr-defined]  # validates the name
-        return Call(fn, lambda: (select(isa) if isa else None, set_knobs(knobs)))
+        return Call(fn, lambda: (select(isa) if isa else None,
+                                 set_knobs(knobs) if knobs else None))
 
 
 def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:

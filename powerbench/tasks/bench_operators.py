@@ -22,7 +22,7 @@ from powerbench.ops.bench_timing import timing_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
 
-KEY = ("backend", "isa", "variant", "op", "shape", "dtype", "batch", "sparsity_pct")
+KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
 SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
          "dense_time_us", "speedup", "ideal_speedup", "achieved_gbps", "dense_gbps",
          "dense_fraction", "bandwidth_fraction")
@@ -58,7 +58,8 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
         figure.append(plot_speedup(rows, Path(out_dir) / f"{name}.png"))
     dense = sorted({r.dense_kernel for r in rows})
     return Report(
-        study=f"operators_{bench.device}", name=name, rows=[record(r) for r in rows], key=KEY,
+        study=f"operators_{bench.device}", name=name, rows=[record(r) for r in rows],
+        key=KEY if not bench.variants else ("variant", *KEY),  # metric names as before
         columns=SHOWN, metrics=METRICS,
         title=f"sparse operators vs the best dense kernel ({bench.device}, measured)",
         notes=[f"read probe (STREAM-like sum, all threads): {bandwidth.gbps:.1f} GB/s "

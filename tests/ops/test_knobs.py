@@ -40,8 +40,10 @@ def test_extension_reports_its_knobs_and_refuses_bad_values(cpu_ops):
     assert cpu_ops.knobs() == {n: s.default for n, s in specs.items()}
     with pytest.raises(CpuKnobError, match="outside"):
         cpu_ops.set_knobs({"prewake": 2})
+    values = knob_vector({}, list(specs.values()))
+    values[list(specs).index("prewake")] = 2
     with pytest.raises(ValueError, match="prewake=2 is outside"):  # the C++ check too
-        torch.ops.powerbench_cpu.set_cpu_knobs(knob_vector({}, list(specs.values()))[:-1] + [2])
+        torch.ops.powerbench_cpu.set_cpu_knobs(values)
     assert cpu_ops.knobs() == {n: s.default for n, s in specs.items()}
 
 

@@ -29,17 +29,25 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
 constexpr int64_t kChunk = 256;
 // Bytes each slot reads in one run of a dynamically claimed chunk (a chunk is kRowGroup
-// runs): knob run_kb (cpu_knobs.h, default 64 KiB). Long enough that a run is one long
-// stream (measured, 256 MB of fp32, 2 threads: 37 GB/s with 16 KiB runs, 41-42 GB/s from
-// 64 KiB on), short enough that a thread the OS preempts (the machine is shared) does not
-// hold back the others as a static split would.
+// runs): knob run_kb (cpu_knobs.h), default 1 MiB, so that for the sizes of a decode step
+// the chunk size is set by the cap below (chunks_per_thread chunks per thread): fewer, longer
+// per-slot streams. Measured side by side in one process (bench-operators task.variants,
+// 4096x16384 fp16/fp32, batch 1, 2 threads, 2026-11-26 06:14-06:20 UTC under load 2.4-6.6):
+// run_kb 64 -> 1024 took row fp16 at 90% sparsity from 6.6-6.9x to 7.6-7.9x dense, axpy fp16
+// 6.8x -> 7.9-8.2x, ffn_gated fp16 7.5-8.0x -> 8.5-9.5x, fp32 row/axpy at 90% 7.6-7.9x ->
+// 8.6x, and 50% cells by 2-10%; 128 and 256 KiB fell between. A chunk restarts kRowGroup
+// streams per thread, with nothing prefetched for their first rows. Earlier (round-robin
+// slots, 2026-11-25) 16 KiB runs read 37 GB/s and 64 KiB+ runs 41-42 GB/s. Still dynamic
+// claiming: a thread the OS preempts (the machine is shared) holds back at most one chunk.
 // ... and at least knob chunks_per_thread (default 4) chunks per thread, so small matrices
 // still balance.
 // Software prefetch distance per slot: knob prefetch_bytes (default 2 KiB). A scattered
 // gather restarts a stream at every row, and only the software prefetch has the new row in
 // flight before its first load: 2 KiB (8 slots x 2 KiB in flight on 2 threads) measured
 // better than 1 KiB on 8 KiB fp16 rows at 50-90% sparsity (row 1.72-1.81x vs 1.65x at 50%,
-// 7.98-8.89x vs 7.32-7.65x at 90%) and equal within noise elsewhere; 3 KiB no better.
+// 7.98-8.89x vs 7.32-7.65x at 90%) and equal within noise elsewhere; 3 KiB no better. In
+// the same-process A/B (2026-11-26 06:14, fp16 b1) 4 and 8 KiB were slower in every cell
+// (row 0%: 0.91x / 0.85x vs 1.02x dense; 50%: 1.56x / 1.55x vs 1.61x) and 1 KiB mixed.
 constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows of the slot
 
 // Rows per claimed chunk when n rows of row_bytes each are shared by nt threads.
