@@ -30,7 +30,7 @@ struct KnobSpec {
 // Defaults: see the measured A/B beside each use (sparse_cpu_kernels_impl.h, thread_pool.cpp).
 inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"prefetch_bytes", 2048, 64, 65536},
-    {"run_kb", 1024, 1, 4096},
+    {"run_kb", 64, 1, 4096},
     {"spin_us", 100, 0, 1000000},
     {"prewake", 0, 0, 1},
     {"chunks_per_thread", 4, 1, 64},

@@ -29,16 +29,15 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
 constexpr int64_t kChunk = 256;
 // Bytes each slot reads in one run of a dynamically claimed chunk (a chunk is kRowGroup
-// runs): knob run_kb (cpu_knobs.h), default 1 MiB, so that for the sizes of a decode step
-// the chunk size is set by the cap below (chunks_per_thread chunks per thread): fewer, longer
-// per-slot streams. Measured side by side in one process (bench-operators task.variants,
-// 4096x16384 fp16/fp32, batch 1, 2 threads, 2026-11-26 06:14-06:20 UTC under load 2.4-6.6):
-// run_kb 64 -> 1024 took row fp16 at 90% sparsity from 6.6-6.9x to 7.6-7.9x dense, axpy fp16
-// 6.8x -> 7.9-8.2x, ffn_gated fp16 7.5-8.0x -> 8.5-9.5x, fp32 row/axpy at 90% 7.6-7.9x ->
-// 8.6x, and 50% cells by 2-10%; 128 and 256 KiB fell between. A chunk restarts kRowGroup
-// streams per thread, with nothing prefetched for their first rows. Earlier (round-robin
-// slots, 2026-11-25) 16 KiB runs read 37 GB/s and 64 KiB+ runs 41-42 GB/s. Still dynamic
-// claiming: a thread the OS preempts (the machine is shared) holds back at most one chunk.
+// runs): knob run_kb (cpu_knobs.h), default 64 KiB. Long enough that a run is one long
+// stream (round-robin slots, 2026-11-25: 16 KiB runs read 37 GB/s, 64 KiB+ runs 41-42 GB/s),
+// short enough that a thread the OS preempts (the machine is shared) does not hold back the
+// others. Which is faster depends on the load: measured side by side in one process
+// (bench-operators task.variants, 4096x16384 b1), 1 MiB runs (the chunk size then capped at
+// chunks_per_thread per thread) beat 64 KiB at load 2.4-6.6 (2026-11-26 06:14-06:20 UTC, fp16
+// 90% cells 6.6-6.9x -> 7.6-8.2x dense) but lost in all 16 fp16/bf16 cells at load 1.6
+// (07:13 UTC: row fp16 90% 8.03x with 64 KiB vs 6.92x, bf16 ffn_gated 8.98x vs 7.87x); the
+// targets are for a quiet machine, so 64 KiB stays.
 // ... and at least knob chunks_per_thread (default 4) chunks per thread, so small matrices
 // still balance.
 // Software prefetch distance per slot: knob prefetch_bytes (default 2 KiB). A scattered
