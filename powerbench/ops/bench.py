@@ -17,8 +17,13 @@ whose activation is exactly zero, so with random data they would read fewer rows
 byte count assumes; here they read exactly the rows counted. Active ids are sorted, as a
 predictor's ``nonzero`` returns them. Timed calls use ``check=False`` (the decode path).
 
-``isas`` runs the compiled CPU backend on several of its ISA paths in one run (one row each;
-``ours_dense`` stays on the path chosen at load).
+``isas`` runs the compiled CPU backend on several of its ISA paths in one run, and
+``variants`` with several settings of its run-time knobs (:mod:`powerbench.ops.cpu_knobs`,
+e.g. ``prefetch_bytes:4096``, ``spin_us:2000+prewake:1``): one row per path and setting, all
+interleaved in the same rounds, so a knob's effect is measured side by side, not across
+processes (on the shared VM separate processes differ by up to 1.5x). The switch to a
+contender's path and knobs runs before the cache flush, untimed; ``ours_dense`` and
+``torch_dense`` run on the path chosen at load with the default knobs.
 
 Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_operators), or
 ``python experiments/bench_gpu.py operators [--quick]`` where only torch is installed (a lent GPU).
@@ -28,13 +33,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
 from powerbench.ops.bench_report import ResultRow, format_row
-from powerbench.ops.bench_timing import Timer, TimingPolicy
+from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
+from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.registry import get_backend
@@ -58,6 +64,7 @@ class OperatorBenchConfig:
     ops: tuple[str, ...] = OPS
     backends: tuple[str, ...] = ()  # empty: DEFAULT_BACKENDS[device]
     isas: tuple[str, ...] = ()  # sparse_cpu's ISA paths to time (empty: the one chosen at load)
+    variants: tuple[str, ...] = ()  # sparse_cpu knob settings to time ("" or default: defaults)
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     bandwidth_mb: int = 512
     seed: int = 0
@@ -180,19 +187,26 @@ def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
 
 @dataclass(frozen=True)
 class Contender:
-    """One sparse backend on one ISA path ("" where the backend has none)."""
+    """One sparse backend on one ISA path and knob setting ("" where the backend has none)."""
 
     backend: str
     isa: str
     ops: SparseOps
+    variant: str = ""  # as given ("" : the defaults)
+    knobs: tuple[int, ...] = ()  # every knob's value in the extension's order ((): none)
 
-    def wrap(self, fn: Callable[[], torch.Tensor], switch: bool) -> Callable[[], object]:
-        """fn, first switching the CPU kernels to this path when several paths are timed."""
+    def wrap(self, fn: Callable[[], object], switch: bool) -> Callable[[], object]:
+        """fn, switching the CPU kernels to this path and knobs first (untimed, before the
+        flush: bench_timing.Call) when several paths or settings are timed."""
         if not switch:
             return fn
-        self.ops.select_isa(self.isa)  # type: ignore[attr-defined]  # validates the name
-        select = torch.ops.powerbench_cpu.set_cpu_isa.default  # ~1 us a call, checked
-        return lambda: (select(self.isa), fn())
+        cpu = torch.ops.powerbench_cpu
+        select, set_knobs = cpu.set_cpu_isa.default, cpu.set_cpu_knobs.default
+        isa, knobs = self.isa, list(self.knobs)
+        if isa:
+            self.ops.select_isa(isa)  # type: ignore[attr-defined]  # validates the name
+        return Call(fn, lambda: (select(isa) if isa else None,
+                                 set_knobs(knobs) if knobs else None))
 
 
 def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
@@ -205,8 +219,15 @@ def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
             continue
         ops = get_backend(name, fallback=False)
         loaded = getattr(ops, "isa", "")
-        for isa in (cfg.isas or (loaded,)) if loaded else ("",):
-            made.append(Contender(name, isa, ops))
+        if not loaded:
+            made.append(Contender(name, "", ops))
+            continue
+        specs = ops.knob_specs()  # type: ignore[attr-defined]
+        for isa in cfg.isas or (loaded,):
+            for variant in cfg.variants or ("",):
+                values = parse_variant(variant, specs)
+                made.append(Contender(name, isa, ops, variant.strip() if values else "",
+                                      tuple(knob_vector(values, specs))))
     return made
 
 
@@ -247,12 +268,14 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                 x: torch.Tensor, coeffs: torch.Tensor, contenders: list[Contender],
                 dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
                 home: str, log: Callable[[str], None]) -> list[ResultRow]:
-    switch = len({c.isa for c in contenders if c.isa}) > 1
-    cpu = next((c for c in contenders if c.isa), None)
+    compiled = [c for c in contenders if c.isa]
+    switch = len({(c.isa, c.variant) for c in compiled}) > 1 or any(c.variant for c in compiled)
     dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
-    if switch and cpu is not None and OURS_DENSE in dense_calls:  # ours_dense on the home path
-        dense_calls[OURS_DENSE] = Contender(cpu.backend, home, cpu.ops).wrap(
-            dense_calls[OURS_DENSE], True)
+    if switch:  # the dense kernels on the path chosen at load, with the default knobs
+        home_call = replace(compiled[0], isa=home, variant="",
+                            knobs=tuple(knob_vector({}, compiled[0].ops.knob_specs())))
+        dense_calls = {name: replace(home_call, isa=home if name == OURS_DENSE else "").wrap(
+            call, True) for name, call in dense_calls.items()}
     dense_names = list(dense_calls)
     per_sparsity: list[tuple[float, int, dict[str, list[float]], list[list[float]]]] = []
     for sparsity in cfg.sparsities:
@@ -276,7 +299,8 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
         t_dense = statistics.median(dense_s[best])
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
-            rows.append(ResultRow(backend=c.backend, isa=c.isa, sparsity=sparsity,
+            rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
+                                  sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
                                   speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **base))
             log(format_row(rows[-1]))
@@ -323,6 +347,8 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                                                 dense, bandwidth, gen, home, log)
                     del layer
     finally:
-        if home:  # back on the path chosen at load
-            next(c for c in contenders if c.isa).ops.select_isa(home)  # type: ignore[attr-defined]
+        if home:  # back on the path chosen at load, with the default knobs
+            cpu = next(c for c in contenders if c.isa).ops
+            cpu.select_isa(home)  # type: ignore[attr-defined]
+            cpu.set_knobs({})  # type: ignore[attr-defined]
     return rows, bandwidth

@@ -34,6 +34,7 @@ class ResultRow:
     dense_gbps: float  # the dense kernel's GB/s on the full matrices (all its calls)
     bandwidth_gbps: float  # the read probe of this run
     huge_page_fraction: float = 0.0  # share of the weight bytes on 2 MiB pages (dense and sparse)
+    variant: str = ""  # the CPU kernels' knob setting timed ("" : the defaults; ops.cpu_knobs)
 
     @property
     def ideal_speedup(self) -> float:
@@ -51,7 +52,8 @@ class ResultRow:
 
     @property
     def label(self) -> str:
-        return f"{self.backend}[{self.isa}]" if self.isa else self.backend
+        inside = ",".join(p for p in (self.isa, self.variant) if p)
+        return f"{self.backend}[{inside}]" if inside else self.backend
 
 
 COLUMNS = (*(f.name for f in fields(ResultRow)), "ideal_speedup", "dense_fraction")

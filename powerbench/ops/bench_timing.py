@@ -34,6 +34,20 @@ class TimingPolicy:
     cuda_graph: bool = False
 
 
+@dataclass(frozen=True)
+class Call:
+    """A timed call with an untimed setup: ``setup()`` runs before the cache flush, then
+    ``fn()`` is timed (e.g. switching the CPU kernels to an ISA path or knob setting, so
+    several run interleaved in one process without the switch in their time)."""
+
+    fn: Callable[[], object]
+    setup: Callable[[], object]
+
+    def __call__(self) -> object:
+        self.setup()
+        return self.fn()
+
+
 class Timer:
     """Median wall time of ``fn()`` on one device."""
 
@@ -60,6 +74,9 @@ class Timer:
             self._flush.sum()
 
     def _once(self, fn: Callable[[], object]) -> float:
+        if isinstance(fn, Call):
+            fn.setup()
+            fn = fn.fn
         self._flush_cache()
         if self.device == "cuda":
             start = torch.cuda.Event(enable_timing=True)

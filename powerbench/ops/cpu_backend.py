@@ -1,5 +1,6 @@
 """Compiled CPU backend: C++ extension, parallel across neurons, one ISA path per CPU
-(AVX-512, AVX2/FMA/F16C or portable C++, chosen at load: :mod:`powerbench.ops.isa`).
+(AVX-512 with or without AVX512-BF16, AVX2/FMA/F16C or portable C++, chosen at load:
+:mod:`powerbench.ops.isa`), with run-time tuning knobs (:mod:`powerbench.ops.cpu_knobs`).
 
 Kernels live in ``csrc/sparse_cpu_kernels_impl.h`` (compiled once per path, see
 ``csrc/cpu_isa.h``); they run on ``torch.get_num_threads()`` workers of the work-claiming
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from powerbench.ops.cpu_knobs import KnobSpec, check_knobs, knob_specs, knob_vector
 from powerbench.ops.errors import BackendUnavailable, summarize
 from powerbench.ops.extension_build import load_cpu_extension
 from powerbench.ops.interface import SparseOps
@@ -51,7 +53,7 @@ class CpuSparseOps(SparseOps):
 
     @property
     def isa(self) -> str:
-        """The ISA path the kernels run ("avx512", "avx2" or "portable")."""
+        """The ISA path the kernels run ("avx512_bf16", "avx512", "avx2" or "portable")."""
         return torch.ops.powerbench_cpu.cpu_isa()
 
     @staticmethod
@@ -66,6 +68,27 @@ class CpuSparseOps(SparseOps):
         isa = choose_isa(requested_isa(name or "auto"), self.supported_isas())
         torch.ops.powerbench_cpu.set_cpu_isa(isa)
         return isa
+
+    @staticmethod
+    def knob_specs() -> tuple[KnobSpec, ...]:
+        """The kernels' run-time tuning knobs (csrc/cpu_knobs.h): name, default, range."""
+        ops = torch.ops.powerbench_cpu
+        return knob_specs(list(ops.cpu_knob_names()), list(ops.cpu_knob_ranges()))
+
+    def knobs(self) -> dict[str, int]:
+        """Every knob's current value."""
+        names = [s.name for s in self.knob_specs()]
+        return dict(zip(names, torch.ops.powerbench_cpu.cpu_knobs(), strict=True))
+
+    def set_knobs(self, values: dict[str, int]) -> dict[str, int]:
+        """Set the named knobs (the others back to their defaults) for every later call in
+        this process; returns the values before. :class:`CpuKnobError` for an unknown name
+        or a value outside its range (nothing is changed then)."""
+        specs = self.knob_specs()
+        check_knobs(values, specs)
+        before = self.knobs()
+        torch.ops.powerbench_cpu.set_cpu_knobs(knob_vector(values, specs))
+        return before
 
     # The public operators go straight to the C++ op for an id tensor: it checks every
     # argument itself (same error types and messages as the Python checks) and returns y in

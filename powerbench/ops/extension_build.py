@@ -23,8 +23,8 @@ from pathlib import Path
 from powerbench.paths import cache_dir
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = ("sparse_cpu_binding.cpp", "cpu_dispatch.cpp", "cpu_isa_avx512.cpp",
-               "cpu_isa_avx2.cpp", "cpu_isa_portable.cpp", "thread_pool.cpp")
+CPU_SOURCES = ("sparse_cpu_binding.cpp", "cpu_dispatch.cpp", "cpu_isa_avx512_bf16.cpp",
+               "cpu_isa_avx512.cpp", "cpu_isa_avx2.cpp", "cpu_isa_portable.cpp", "thread_pool.cpp")
 CUDA_SOURCES = ("sparse_cuda_binding.cpp", "sparse_cuda_kernels.cu")
 CUDA_KERNEL_SOURCES = ("sparse_cuda_kernels.cu",)
 CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-Wall")

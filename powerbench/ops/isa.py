@@ -1,6 +1,8 @@
 """Which ISA path the CPU kernels run: the best this CPU supports, or the one named by
-``$POWERBENCH_CPU_ISA`` (``avx512`` | ``avx2`` | ``portable``; unset, empty or ``auto``:
-the best). The C++ extension holds all three paths (``csrc/cpu_isa.h``) and reports which
+``$POWERBENCH_CPU_ISA`` (``avx512_bf16`` | ``avx512`` | ``avx2`` | ``portable``; unset,
+empty or ``auto``: the best). ``avx512_bf16`` is the AVX-512 path with the bf16 dot product
+(``vdpbf16ps``) for bf16 weights at batch > 1; ``avx512`` on such a CPU is its
+convert-and-FMA fallback. The C++ extension holds all four paths (``csrc/cpu_isa.h``) and reports which
 this CPU can run; this module only decides, so the rule is testable without a build.
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from powerbench.ops.errors import CpuIsaError
 
 ISA_ENV = "POWERBENCH_CPU_ISA"
-ISAS = ("avx512", "avx2", "portable")  # best first
+ISAS = ("avx512_bf16", "avx512", "avx2", "portable")  # best first
 AUTO = ("", "auto")
 
 

@@ -35,7 +35,7 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
     cfg = replace(QUICK if task.quick else OperatorBenchConfig(), device=task.device)
     chosen = {"shapes": task.shapes, "dtypes": task.dtypes, "batches": task.batches,
               "sparsities": task.sparsities, "ops": task.ops, "backends": task.backends,
-              "isas": task.isas}
+              "isas": task.isas, "variants": task.variants}
     cfg = replace(cfg, **{k: tuple(v) for k, v in chosen.items() if v})
     timing = {k: v for k, v in asdict(task.timing).items() if v is not None}
     cfg = replace(cfg, timing=replace(cfg.timing, **timing), huge_pages=task.huge_pages)
@@ -58,7 +58,8 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
         figure.append(plot_speedup(rows, Path(out_dir) / f"{name}.png"))
     dense = sorted({r.dense_kernel for r in rows})
     return Report(
-        study=f"operators_{bench.device}", name=name, rows=[record(r) for r in rows], key=KEY,
+        study=f"operators_{bench.device}", name=name, rows=[record(r) for r in rows],
+        key=KEY if not bench.variants else ("variant", *KEY),  # metric names as before
         columns=SHOWN, metrics=METRICS,
         title=f"sparse operators vs the best dense kernel ({bench.device}, measured)",
         notes=[f"read probe (STREAM-like sum, all threads): {bandwidth.gbps:.1f} GB/s "

@@ -111,6 +111,7 @@ class BenchOperatorsTask:
     ops: list[str] | None = None
     backends: list[str] | None = None
     isas: list[str] | None = None  # sparse_cpu ISA paths timed side by side (None: the loaded one)
+    variants: list[str] | None = None  # sparse_cpu knob settings timed side by side (ops.cpu_knobs)
     timing: TimingOptions = field(default_factory=TimingOptions)
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)

@@ -12,6 +12,7 @@ import pytest
 
 from powerbench.ops import bench
 from powerbench.ops.bench_report import ResultRow
+from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.paths import repo_root
 from powerbench.tasks.bench_operators import operator_bench_config
 from powerbench.tasks.config import BenchOperatorsTask
@@ -119,3 +120,27 @@ def test_isa_paths_side_by_side(tmp_path, cpu_ops, run_cli):
         rows = list(csv.DictReader(fh))
     assert [r["isa"] for r in rows if r["backend"] == "sparse_cpu"] == ["avx2", "portable"]
     assert cpu_ops.isa == before
+
+
+def test_knob_variants_side_by_side(tmp_path, cpu_ops, run_cli):
+    """task.variants times knob settings in one run (one row each, labelled), the dense
+    kernels on the defaults, and leaves every knob at its default."""
+    run_cli(["bench-operators", "task.shapes=[64x256]", "task.dtypes=[fp32]",
+             "task.batches=[1]", "task.sparsities=[0.5]", "task.ops=[row]",
+             "task.backends=[sparse_cpu]", "task.variants=[default,prefetch_bytes:4096+run_kb:8]",
+             "task.timing.warmup=0", "task.timing.reps=1", "task.timing.min_time_s=0",
+             "task.timing.flush_mb=0", "task.bandwidth_mb=16", "task.plot=false",
+             "tracking=disabled", f"hydra.run.dir={tmp_path / 'bench'}"])
+    with (tmp_path / "bench" / "operators.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    sparse = [r["variant"] for r in rows if r["backend"] == "sparse_cpu"]
+    assert sparse == ["", "prefetch_bytes:4096+run_kb:8"]
+    assert cpu_ops.knobs() == {s.name: s.default for s in cpu_ops.knob_specs()}
+
+
+def test_call_setup_runs_untimed_before_each_call():
+    seen: list[str] = []
+    call = Call(lambda: seen.append("fn"), lambda: seen.append("setup"))
+    timer = Timer("cpu", TimingPolicy(warmup=1, reps=2, min_time_s=0, flush_mb=0))
+    assert len(timer.samples(call)[0]) == 2
+    assert seen == ["setup", "fn"] * 3

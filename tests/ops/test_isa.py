@@ -17,19 +17,22 @@ def test_requested_isa_reads_the_setting(monkeypatch):
     monkeypatch.delenv(ISA_ENV, raising=False)
     assert requested_isa() is None
     for value, want in (("avx2", "avx2"), (" AVX512 ", "avx512"), ("portable", "portable"),
-                        ("auto", None), ("", None)):
+                        ("avx512_bf16", "avx512_bf16"), ("auto", None), ("", None)):
         monkeypatch.setenv(ISA_ENV, value)
         assert requested_isa() == want
     assert requested_isa("avx2") == "avx2"  # an explicit value wins over the environment
 
 
 def test_unknown_isa_names_the_setting_and_the_valid_values():
-    with pytest.raises(CpuIsaError, match=f"{ISA_ENV}='sse9'.*avx512, avx2, portable"):
+    with pytest.raises(CpuIsaError,
+                       match=f"{ISA_ENV}='sse9'.*avx512_bf16, avx512, avx2, portable"):
         requested_isa("sse9")
 
 
 def test_choose_best_or_forced_below_best():
-    assert choose_isa(None, ISAS) == "avx512"
+    assert choose_isa(None, ISAS) == "avx512_bf16"
+    assert choose_isa(None, ISAS[1:]) == "avx512"  # AVX-512 without AVX512-BF16
+    assert choose_isa("avx512", ISAS) == "avx512"  # the bf16 dot product's fallback, forced
     assert choose_isa("avx2", ISAS) == "avx2"
     assert choose_isa("portable", ISAS) == "portable"
     assert choose_isa(None, ["avx2", "portable"]) == "avx2"  # a CPU without AVX-512
@@ -115,3 +118,49 @@ def test_paths_round_16_bit_outputs_identically(cpu_ops, gen, dtype):
         assert torch.equal(bits[isa], bits["portable"]), isa  # NaN payloads included
         assert torch.equal(bits[isa][number], want.view(torch.int16)[number]), isa
         assert out[~number].isnan().all()
+
+
+def has_cpu_flag(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return any(line.startswith("flags") and flag in line.split() for line in fh)
+    except OSError:
+        return False
+
+
+def test_bf16_dot_path_offered_exactly_where_the_cpu_has_it(cpu_ops):
+    if not has_cpu_flag("avx512f"):
+        pytest.skip("no /proc/cpuinfo AVX-512 flags to compare with")
+    assert ("avx512_bf16" in cpu_ops.supported_isas()) == has_cpu_flag("avx512_bf16")
+
+
+# (d_ffn, d_model), batch: K below, at and above multiples of the 32 bf16 lanes, batches
+# below, at and above the 4-token tile, ids unsorted
+BF16_CASES = (((37, 31), 2), ((37, 32), 3), ((70, 97), 8), ((300, 257), 5), ((129, 1024), 13))
+
+
+@pytest.mark.parametrize("x_kind", ["bf16", "fp32", "subnormal"])
+def test_bf16_batched_rows_on_every_path_match_float64(cpu_ops, isa, gen, x_kind):
+    """bf16 rows against several tokens: with bf16-exact inputs the avx512_bf16 path takes
+    the vdpbf16ps kernel; fp32 inputs (not exact in bf16) and inputs with a subnormal take
+    the convert-and-FMA kernel there; every path within fp32 rounding of float64."""
+    for (n, k), batch in BF16_CASES:
+        w = (torch.randn(n, k, generator=gen) * 0.1).to(torch.bfloat16)
+        x = torch.randn(batch, k, generator=gen)
+        if x_kind == "bf16":
+            x = x.to(torch.bfloat16)
+        elif x_kind == "subnormal":
+            x = x.to(torch.bfloat16).float()
+            x[0, 0] = 1e-40  # exact in bf16, but vdpbf16ps would read it as zero
+        idx = torch.randperm(n, generator=gen)[: (2 * n) // 3]
+        out = cpu_ops.row(w, x, idx)
+        want = x.double() @ w.double()[idx].t()
+        scale = x.double().abs() @ w.double()[idx].abs().t()
+        tol = (4e-3 if x_kind == "bf16" else 1e-5) * scale + 1e-6  # bf16 output rounding
+        assert ((out.double() - want).abs() <= tol).all(), (isa, n, k, batch)
+        gated = cpu_ops.ffn_gated(x, w, w, w, idx, "reglu")
+        g = (x.double() @ w.double()[idx].t()).clamp(min=0)
+        ref_gated = (g * (x.double() @ w.double()[idx].t())) @ w.double()[idx]
+        gscale = (scale * scale) @ w.double()[idx].abs()
+        gtol = (4e-3 if x_kind == "bf16" else 1e-4) * gscale + 1e-5
+        assert ((gated.double() - ref_gated).abs() <= gtol).all(), (isa, n, k, batch)

@@ -16,17 +16,19 @@ bool has_avx512() {
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+bool has_avx512_bf16() { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 bool has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("f16c");
 }
 
 struct Supported {
-  const KernelTable* tables[3];
-  const char* names[3];
+  const KernelTable* tables[4];
+  const char* names[4];
   int count = 0;
   Supported() {
     __builtin_cpu_init();
+    if (has_avx512_bf16() && has_avx2()) add(avx512_bf16_kernels());
     if (has_avx512() && has_avx2()) add(avx512_kernels());
     if (has_avx2()) add(avx2_kernels());
     add(portable_kernels());

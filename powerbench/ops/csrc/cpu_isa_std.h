@@ -10,5 +10,6 @@
 #include <vector>
 
 #include "cpu_isa.h"
+#include "cpu_knobs.h"
 #include "cpu_simd.h"
 #include "thread_pool.h"

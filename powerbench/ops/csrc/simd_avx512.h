@@ -82,3 +82,14 @@ inline V vsum_lanes(const V* a) {
 inline void prefetch_l2(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), PBOPS_PREFETCH_HINT);
 }
+#ifdef PBOPS_BF16_DOT
+// AVX512-BF16 (the avx512_bf16 path only): 32 bf16 lanes and vdpbf16ps, which adds the
+// products of each lane pair (2i, 2i+1) in fp32 into lane i of the accumulator (bf16
+// subnormals read as zero, round to nearest even).
+struct VB {
+  __m512bh v;
+};
+constexpr int kWB = 32;  // bf16 lanes
+inline VB vload_bf16(const simd::bf16* p) { return {(__m512bh)_mm512_loadu_si512(p)}; }
+inline V vdot_bf16(V acc, VB a, VB b) { return {_mm512_dpbf16_ps(acc.v, a.v, b.v)}; }
+#endif

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "cpu_isa.h"
+#include "cpu_knobs.h"
 #include "decode_cpu_kernels.h"
 #include "sparse_cpu_kernels.h"
+#include "thread_pool.h"
 
 namespace {
 
@@ -165,6 +167,7 @@ const int64_t* id_data(const at::Tensor& idx, int64_t limit, bool check, at::Ten
 // y = act(W[idx] x + bias[idx]) in x's dtype and shape ([B, n], or [B, N] scattered).
 at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
                const std::optional<at::Tensor>& bias, bool relu, bool scatter, bool check) {
+  pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
   const int64_t N = w.size(0), K = w.size(1);
@@ -183,6 +186,7 @@ at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
 // y = init + sum_j coeffs[:, j] W_t[idx[j]] in coeffs' dtype and shape ([B, D] or [D]).
 at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor& idx,
                 const std::optional<at::Tensor>& init, bool check) {
+  pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w_t, "w_t");
   const pbops::WType wt = weight_type(w_t, "w_t");
   const int64_t N = w_t.size(0), D = w_t.size(1);
@@ -269,6 +273,7 @@ void gated_ffn_into(const at::Tensor& wg, const at::Tensor& wu, const at::Tensor
 at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                     const at::Tensor& w2_t, const std::optional<at::Tensor>& b2,
                     const at::Tensor& idx, bool check, bool in_dtype) {
+  pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_pair(w1, "w1", w2_t, "w2_t");
   const int64_t N = w1.size(0), K = w1.size(1);
   at::Tensor xk, b1k, b2k, idk;
@@ -285,6 +290,7 @@ at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::option
 at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu,
                      const at::Tensor& wd_t, const at::Tensor& idx, int64_t kind, bool check,
                      bool in_dtype) {
+  pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_pair(wg, "w_gate", wu, "w_up");
   check_pair(wg, "w_gate", wd_t, "w_down_t");
   const int64_t N = wg.size(0), K = wg.size(1);
@@ -442,6 +448,7 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
 // y [..., N] in x's dtype, accumulated in fp32. The only allocation is y: x and bias are
 // read in place when fp32 contiguous, else converted into per-thread scratch.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+  pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
   const pbops::WType ot = weight_type(x, "x");
@@ -566,6 +573,38 @@ void set_cpu_isa(const std::string& name) {
                     "' is unknown or not supported by this CPU");
 }
 
+// ---- tuning knobs (cpu_knobs.h), read by the kernels at every call -------------------------
+std::vector<std::string> cpu_knob_names() {
+  std::vector<std::string> names;
+  for (const pbops::KnobSpec& s : pbops::kKnobSpecs) names.emplace_back(s.name);
+  return names;
+}
+
+// (default, lo, hi) per knob, flattened
+std::vector<int64_t> cpu_knob_ranges() {
+  std::vector<int64_t> out;
+  for (const pbops::KnobSpec& s : pbops::kKnobSpecs) out.insert(out.end(), {s.value, s.lo, s.hi});
+  return out;
+}
+
+std::vector<int64_t> cpu_knobs() {
+  std::vector<int64_t> out;
+  for (int k = 0; k < pbops::kKnobCount; ++k) out.push_back(pbops::knob(pbops::Knob(k)));
+  return out;
+}
+
+// every knob at once, in cpu_knob_names() order
+void set_cpu_knobs(const std::vector<int64_t>& values) {
+  TORCH_CHECK_VALUE(values.size() == size_t(pbops::kKnobCount), "set_cpu_knobs needs ",
+                    int(pbops::kKnobCount), " values, got ", values.size());
+  for (int k = 0; k < pbops::kKnobCount; ++k) {
+    const pbops::KnobSpec& s = pbops::kKnobSpecs[k];
+    TORCH_CHECK_VALUE(values[k] >= s.lo && values[k] <= s.hi, "CPU knob ", s.name, "=",
+                      values[k], " is outside [", s.lo, ", ", s.hi, "]");
+  }
+  for (int k = 0; k < pbops::kKnobCount; ++k) pbops::set_knob(pbops::kKnobSpecs[k].name, values[k]);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(powerbench_cpu, m) {
@@ -601,4 +640,8 @@ TORCH_LIBRARY(powerbench_cpu, m) {
   m.def("cpu_isas() -> str[]", &cpu_isas);
   m.def("cpu_isa() -> str", &cpu_isa);
   m.def("set_cpu_isa(str name) -> ()", &set_cpu_isa);
+  m.def("cpu_knob_names() -> str[]", &cpu_knob_names);
+  m.def("cpu_knob_ranges() -> int[]", &cpu_knob_ranges);
+  m.def("cpu_knobs() -> int[]", &cpu_knobs);
+  m.def("set_cpu_knobs(int[] values) -> ()", &set_cpu_knobs);
 }

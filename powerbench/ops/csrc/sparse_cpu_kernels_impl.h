@@ -29,31 +29,33 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Columns per chunk when a weight chunk is reused for several tokens (axpy, batch > 1).
 constexpr int64_t kChunk = 256;
 // Bytes each slot reads in one run of a dynamically claimed chunk (a chunk is kRowGroup
-// runs): long enough that a run is one long stream (measured, 256 MB of fp32, 2 threads:
-// 37 GB/s with 16 KiB runs, 41-42 GB/s from 64 KiB on), short enough that a thread the OS
-// preempts (the machine is shared) does not hold back the others as a static split would.
-#ifndef PBOPS_RUN_KB
-#define PBOPS_RUN_KB 64
-#endif
-constexpr int64_t kRunBytes = int64_t(PBOPS_RUN_KB) << 10;
-// ... and at least this many chunks per thread, so small matrices still balance
-constexpr int64_t kChunksPerThread = 4;
-// Software prefetch distance per slot. A scattered gather restarts a stream at every row,
-// and only the software prefetch has the new row in flight before its first load: 2 KiB
-// (8 slots x 2 KiB in flight on 2 threads) measured better than 1 KiB on 8 KiB fp16 rows at
-// 50-90% sparsity (row 1.72-1.81x vs 1.65x at 50%, 7.98-8.89x vs 7.32-7.65x at 90%) and
-// equal within noise elsewhere; 3 KiB no better.
-#ifndef PBOPS_PREFETCH_BYTES
-#define PBOPS_PREFETCH_BYTES 2048
-#endif
-constexpr int64_t kPrefetchBytes = PBOPS_PREFETCH_BYTES;
+// runs): knob run_kb (cpu_knobs.h), default 64 KiB. Long enough that a run is one long
+// stream (round-robin slots, 2026-11-25: 16 KiB runs read 37 GB/s, 64 KiB+ runs 41-42 GB/s),
+// short enough that a thread the OS preempts (the machine is shared) does not hold back the
+// others. Which is faster depends on the load: measured side by side in one process
+// (bench-operators task.variants, 4096x16384 b1), 1 MiB runs (the chunk size then capped at
+// chunks_per_thread per thread) beat 64 KiB at load 2.4-6.6 (2026-11-26 06:14-06:20 UTC, fp16
+// 90% cells 6.6-6.9x -> 7.6-8.2x dense) but lost in all 16 fp16/bf16 cells at load 1.6
+// (07:13 UTC: row fp16 90% 8.03x with 64 KiB vs 6.92x, bf16 ffn_gated 8.98x vs 7.87x); the
+// targets are for a quiet machine, so 64 KiB stays.
+// ... and at least knob chunks_per_thread (default 4) chunks per thread, so small matrices
+// still balance.
+// Software prefetch distance per slot: knob prefetch_bytes (default 2 KiB). A scattered
+// gather restarts a stream at every row, and only the software prefetch has the new row in
+// flight before its first load: 2 KiB (8 slots x 2 KiB in flight on 2 threads) measured
+// better than 1 KiB on 8 KiB fp16 rows at 50-90% sparsity (row 1.72-1.81x vs 1.65x at 50%,
+// 7.98-8.89x vs 7.32-7.65x at 90%) and equal within noise elsewhere; 3 KiB no better. In
+// the same-process A/B (2026-11-26 06:14, fp16 b1) 4 and 8 KiB were slower in every cell
+// (row 0%: 0.91x / 0.85x vs 1.02x dense; 50%: 1.56x / 1.55x vs 1.61x) and 1 KiB mixed.
 constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows of the slot
 
 // Rows per claimed chunk when n rows of row_bytes each are shared by nt threads.
 inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt) {
-  const int64_t run = (kRunBytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
+  const int64_t run_bytes = knob(kKnobRunKB) << 10;
+  const int64_t run = (run_bytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
   int64_t r = kRowGroup * run;
-  const int64_t balanced = (n + kChunksPerThread * nt - 1) / (kChunksPerThread * nt);
+  const int64_t per = knob(kKnobChunksPerThread) * nt;
+  const int64_t balanced = (n + per - 1) / per;
   r = r < balanced ? r : balanced;
   return r < 1 ? 1 : r;
 }
@@ -131,7 +133,8 @@ inline void* thread_scratch(int slot, size_t bytes) {
 // The kRowGroup row slots of a thread as continuous streams for the software prefetcher:
 // at byte offset `off` of the rows being read, slot q prefetches `cur[q] + off + d`, or,
 // past the end of the row, the same distance into `next[q]` (the row that slot reads
-// next). Long rows use d = kPrefetchBytes; rows under kShortRowBytes use d = row_bytes,
+// next). Long rows use d = knob prefetch_bytes (at most row_bytes); rows under
+// kShortRowBytes use d = row_bytes,
 // i.e. the slots' next rows at the same offset. The two bases are precomputed, so a
 // prefetch is one compare and a select (a loop with branches here measured 1.5-2x slower
 // on 576-wide fp16 rows, one thread: the prefetch code must stay out of the loads' way).
@@ -139,13 +142,16 @@ struct RowStreams {
   const char* ahead[kRowGroup];  // cur[q] + d
   const char* after[kRowGroup];  // next[q] + d - row_bytes
   int64_t switch_off = 0;        // offsets from here on prefetch into the next rows
+  int64_t dist = 0;              // d
 
   template <typename WT>
   RowStreams(const WT* const* rows, int count, const WT* const* next_rows, int next_count,
              int64_t row_len) {
     const int64_t row_bytes = row_len * int64_t(sizeof(WT));
-    const int64_t d = row_bytes < kShortRowBytes ? row_bytes : kPrefetchBytes;
+    const int64_t pf = knob(kKnobPrefetchBytes);
+    const int64_t d = row_bytes < kShortRowBytes || pf > row_bytes ? row_bytes : pf;
     switch_off = row_bytes - d;
+    dist = d;
     for (int q = 0; q < kRowGroup; ++q) {
       const char* cur =
           reinterpret_cast<const char*>(rows[q < count ? q : (count > 1 ? count - 1 : 0)]);
@@ -155,6 +161,13 @@ struct RowStreams {
       ahead[q] = cur + d;
       after[q] = next + (d - row_bytes);
     }
+  }
+  // At a chunk's first step (p == p0) with knob head_prefetch on: prefetch the first d bytes
+  // of the rows being read, which no earlier step prefetched.
+  inline void head(int64_t p, int64_t p0) const {
+    if (p != p0 || !knob(kKnobHeadPrefetch)) return;
+    for (int64_t o = 0; o < dist; o += 64)
+      for (int q = 0; q < kRowGroup; ++q) prefetch_l2(ahead[q] - dist + o);
   }
   // prefetch the lines d ahead of bytes [off, off + len) of every slot
   inline void at(int64_t off, int64_t len) const {
@@ -270,13 +283,97 @@ inline void dot_rows_tokens(const WT* const* w, const float* x, int64_t K, int64
   }
 }
 
+#ifdef PBOPS_BF16_DOT
+// part[r * B + t0 + t] += w[r][k0, k0 + len) . xb[t0 + t][k0, k0 + len) for t < T, with
+// vdpbf16ps: each 32-lane weight vector is loaded once for T tokens, each token vector once
+// for R rows (len a multiple of kWB; xb rows ldx apart).
+template <int R, int T>
+inline void token_tile_bf16(const bf16* const* w, const bf16* xb, int64_t ldx, int64_t k0,
+                            int64_t len, int64_t t0, int64_t B, V* part) {
+  V a[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) a[r][t] = part[r * B + t0 + t];
+  const bf16* xt = xb + t0 * ldx + k0;
+  for (int64_t k = 0; k < len; k += kWB) {
+    VB wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = vload_bf16(w[r] + k0 + k);
+    for (int t = 0; t < T; ++t) {
+      const VB xv = vload_bf16(xt + t * ldx + k);
+      for (int r = 0; r < R; ++r) a[r][t] = vdot_bf16(a[r][t], wv[r], xv);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) part[r * B + t0 + t] = a[r][t];
+}
+
+// res[r * B + b] = w[r] . x[b] for R bf16 rows and B > 1 tokens whose inputs are exact bf16
+// values (xb: x as bf16, rows K / kWB * kWB long): the products are exact in fp32, so only
+// the order of the fp32 additions differs from the convert-and-FMA kernel. With
+// convert-and-FMA the bf16 product at batch 8 was bound by instructions (18.6 GB/s, where
+// torch's oneDNN bf16 GEMM reached 30 GB/s on the same host, 2026-11-26); vdpbf16ps does
+// two multiply-adds per fp32 lane and needs no conversion. K is cut into blocks whose x
+// slice for all tokens stays in L1; the K % kWB tail is added in fp32.
+template <int R>
+inline void dot_rows_tokens_bf16(const bf16* const* w, const bf16* xb, const float* x,
+                                 int64_t K, int64_t B, float* res, V* part,
+                                 const RowStreams& pf) {
+  for (int64_t i = 0; i < R * B; ++i) part[i] = vzero();
+  const int64_t Kb = K / kWB * kWB;
+  int64_t kb = (int64_t(8192) / B) / kWB * kWB;  // 16 KiB of bf16 x per block
+  kb = kb < 2 * kWB ? 2 * kWB : (kb > 1024 ? 1024 : kb);
+  for (int64_t k0 = 0; k0 < Kb; k0 += kb) {
+    const int64_t len = k0 + kb < Kb ? kb : Kb - k0;
+    pf.at(k0 * int64_t(sizeof(bf16)), len * int64_t(sizeof(bf16)));
+    int64_t t0 = 0;
+    for (; t0 + 4 <= B; t0 += 4) token_tile_bf16<R, 4>(w, xb, Kb, k0, len, t0, B, part);
+    for (; t0 + 2 <= B; t0 += 2) token_tile_bf16<R, 2>(w, xb, Kb, k0, len, t0, B, part);
+    if (t0 < B) token_tile_bf16<R, 1>(w, xb, Kb, k0, len, t0, B, part);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int64_t b = 0; b < B; ++b) {
+      float sum = vhsum(part[r * B + b]);
+      for (int64_t k = Kb; k < K; ++k) sum += to_f32(w[r][k]) * x[b * K + k];
+      res[r * B + b] = sum;
+    }
+  }
+}
+#endif
+
+// x [B, K] as bf16 rows of K / kWB * kWB (caller's scratch) for the bf16 dot product: only on
+// a path that has it, for bf16 weights and B > 1 tokens (one token is bandwidth-bound, the
+// FMA loop keeps up), and only when every input is exactly a normal bf16 value or zero
+// (vdpbf16ps reads subnormals as zero); else null (the convert-and-FMA kernel).
+template <typename WT>
+inline const bf16* bf16_tokens(const float* x, int64_t B, int64_t K) {
+#ifdef PBOPS_BF16_DOT
+  if constexpr (std::is_same_v<WT, bf16>) {
+    if (B < 2 || K < kWB) return nullptr;
+    uint32_t low = 0, subnormal = 0;
+    for (int64_t i = 0; i < B * K; ++i) {
+      const uint32_t u = simd::bits_of(x[i]);
+      low |= u & 0xffffu;
+      subnormal |= (u & 0x7f800000u) == 0 && (u & 0x7fffffffu) != 0;
+    }
+    if (low || subnormal) return nullptr;
+    const int64_t Kb = K / kWB * kWB;
+    bf16* xb = static_cast<bf16*>(thread_scratch(2, sizeof(bf16) * B * Kb));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < Kb; ++k) xb[b * Kb + k].v = uint16_t(simd::bits_of(x[b * K + k]) >> 16);
+    return xb;
+  }
+#endif
+  (void)x, (void)B, (void)K;
+  return nullptr;
+}
+
 // Per-thread buffers of the row kernels: results [kRowGroup][B] twice, vector partials.
 struct GroupScratch {
   float* res;
   float* res2;
   V* part;
   float* wbuf;
-  explicit GroupScratch(int64_t B) {
+  const bf16* xb;  // the tokens as bf16 for the bf16 dot product (bf16_tokens), or null
+  GroupScratch(int64_t B, const bf16* xb_) : xb(xb_) {
     res = static_cast<float*>(thread_scratch(0, sizeof(float) * 2 * kRowGroup * B));
     res2 = res + kRowGroup * B;
     part = static_cast<V*>(thread_scratch(1, sizeof(V) * kRowGroup * B));
@@ -289,11 +386,20 @@ template <typename WT>
 inline void dot_group(const WT* const* rows, int count, const float* x, int64_t K, int64_t B,
                       const GroupScratch& sc, float* res, const RowStreams& pf) {
   with_count<kRowGroup>(count, [&](auto n) {
+    constexpr int R = decltype(n)::value;
     if (B == 1) {
-      dot_rows<WT, decltype(n)::value>(rows, x, K, res, pf);
-    } else {
-      dot_rows_tokens<WT, decltype(n)::value>(rows, x, K, B, res, sc.part, sc.wbuf, pf);
+      dot_rows<WT, R>(rows, x, K, res, pf);
+      return;
     }
+#ifdef PBOPS_BF16_DOT
+    if constexpr (std::is_same_v<WT, bf16>) {
+      if (sc.xb) {
+        dot_rows_tokens_bf16<R>(rows, sc.xb, x, K, B, res, sc.part, pf);
+        return;
+      }
+    }
+#endif
+    dot_rows_tokens<WT, R>(rows, x, K, B, res, sc.part, sc.wbuf, pf);
   });
 }
 
@@ -314,13 +420,16 @@ void for_row_groups(const WT* w, int64_t K, const float* x, int64_t B, const int
                     int64_t n, int nt, Emit emit) {
   const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
   const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  const bf16* xb = bf16_tokens<WT>(x, B, K);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
-    GroupScratch sc(B);
+    GroupScratch sc(B, xb);
     walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
       const WT *rows[kRowGroup], *next[kRowGroup];
       rows_at(w, K, idx, pos, count, rows);
       rows_at(w, K, idx, nxt, next_count, next);
-      dot_group(rows, count, x, K, B, sc, sc.res, RowStreams(rows, count, next, next_count, K));
+      const RowStreams pf(rows, count, next, next_count, K);
+      pf.head(pos[0], p0);
+      dot_group(rows, count, x, K, B, sc, sc.res, pf);
       emit(pos, count, static_cast<const float*>(sc.res));
     });
   });
@@ -385,15 +494,18 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
   const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
   const bool gate_can_skip = kind != kSwiGLU;
   const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  const bf16* xb = bf16_tokens<WT>(x, B, K);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
-    GroupScratch sc(B);
+    GroupScratch sc(B, xb);
     walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
       const WT *rows[kRowGroup], *up[kRowGroup], *next[kRowGroup];
       rows_at(wg, K, idx, pos, count, rows);
       rows_at(wu, K, idx, pos, count, up);
       // the gate rows' streams continue into these neurons' up rows (read next unless every
       // gate is <= 0)
-      dot_group(rows, count, x, K, B, sc, sc.res, RowStreams(rows, count, up, count, K));
+      const RowStreams gate_pf(rows, count, up, count, K);
+      gate_pf.head(pos[0], p0);
+      dot_group(rows, count, x, K, B, sc, sc.res, gate_pf);
       // Up rows only for neurons whose gate fired for some token (ReGLU/dReLU): for the
       // others every h is zero and the up row is never read.
       int live[kRowGroup], m = 0;
@@ -562,6 +674,7 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
       rows_at(w_t, D, live, pos, count, rows);
       rows_at(w_t, D, live, nxt, next_count, next);
       const RowStreams pf(rows, count, next, next_count, D);
+      pf.head(pos[0], p0);
       for (int64_t b = 0; b < B; ++b)
         for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[pos[q]]];
       with_count<kRowGroup>(count, [&](auto c) {

@@ -18,7 +18,8 @@ namespace {
 constexpr int kIndexBits = 40;
 constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
 constexpr uint64_t kClosed = kIndexMask;  // index of a closed job: nothing left to claim
-constexpr int kSpinBeforeSleep = 4000;    // ~tens of microseconds of pause instructions
+constexpr int kSpinBeforeSleep = 4000;    // the caller's wait: ~100 us of pause instructions
+constexpr int kSpinCheckEvery = 32;       // pause instructions between two clock reads
 
 inline uint64_t pack(uint64_t gen, uint64_t index) { return (gen << kIndexBits) | index; }
 inline uint64_t gen_of(uint64_t s) { return s >> kIndexBits; }
@@ -95,23 +96,57 @@ class Pool {
     }
   }
 
+  // Spin (pause) for up to knob spin_us for a new job, then sleep until one is published or
+  // an operator wakes the helpers ahead of its job (wake_helpers), and spin again. Measured
+  // side by side (bench-operators task.variants, 2026-11-26 06:14 UTC, load 4.5): spinning
+  // 10 ms instead of 100 us made fp16 operators 1.5-3x slower (a spinning helper takes the
+  // core that the cache flush, the caller or another process needs on a 2-vCPU VM), and
+  // prewake showed no consistent gain: both stay off by default.
   void helper_loop(int id, uint64_t seen) {
     for (;;) {
-      uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
-      for (int spins = 0; gen == seen && spins < kSpinBeforeSleep; ++spins) {
-        _mm_pause();
-        gen = gen_of(state_.load(std::memory_order_acquire));
-      }
+      uint64_t gen = spin_for_job(seen);
       if (gen == seen) {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return gen_of(state_.load(std::memory_order_acquire)) != seen; });
+        const uint64_t woken = wakes_.load(std::memory_order_relaxed);
+        cv_.wait(lock, [&] {
+          return gen_of(state_.load(std::memory_order_acquire)) != seen ||
+                 wakes_.load(std::memory_order_relaxed) != woken;
+        });
         gen = gen_of(state_.load(std::memory_order_acquire));
+        if (gen == seen) continue;  // woken ahead of a job: spin for it
       }
       seen = gen;
       if (id <= allowed_.load(std::memory_order_relaxed)) work(id);
     }
   }
 
+  // The generation after spinning until it differs from `seen` or spin_us passed (the knob
+  // is read at every check, so lowering it stops a helper already spinning).
+  uint64_t spin_for_job(uint64_t seen) const {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      for (int i = 0; i < kSpinCheckEvery; ++i) {
+        const uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
+        if (gen != seen) return gen;
+        _mm_pause();
+      }
+      const auto limit = std::chrono::microseconds(knob(kKnobSpinUs));
+      if (std::chrono::steady_clock::now() - start >= limit) return seen;
+    }
+  }
+
+ public:
+  // Wake sleeping helpers now so they are spinning when the next job is published.
+  void wake() {
+    if (started_.load(std::memory_order_relaxed) == 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wakes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+
+ private:
   std::mutex run_mu_, mu_;
   std::condition_variable cv_;
   std::atomic<uint64_t> state_{pack(0, kClosed)};
@@ -121,6 +156,7 @@ class Pool {
   std::atomic<int64_t> n_{0}, grain_{1};
   std::atomic<int> allowed_{0};
   std::atomic<int> started_{0};
+  std::atomic<uint64_t> wakes_{0};
 };
 
 }  // namespace
@@ -133,6 +169,10 @@ void parallel_for_raw(int64_t n, int64_t grain, int threads, RangeFn fn, void* c
     return;
   }
   Pool::instance().run(n, grain, threads, fn, ctx);
+}
+
+void wake_helpers(int threads) {
+  if (threads > 1 && knob(kKnobPrewake)) Pool::instance().wake();
 }
 
 int probe_workers(int threads, int chunks, int sleep_us) {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu_knobs.h"
+
 namespace pbops {
 
 // fn(ctx, begin, end, worker) over [0, n) in chunks of `grain`; worker 0 is the caller,
@@ -28,6 +30,11 @@ inline void parallel_for(int64_t n, int64_t grain, int threads, F&& f) {
       [](void* ctx, int64_t b, int64_t e, int w) { (*static_cast<Fn*>(ctx))(b, e, w); },
       const_cast<void*>(static_cast<const void*>(&f)));
 }
+
+// With knob prewake on and threads > 1: wake the sleeping helpers now, so that they spin
+// for the job an operator publishes after its setup instead of waking up (tens of µs on a
+// VM) after the caller started on it.
+void wake_helpers(int threads);
 
 // Upper bound on worker ids (scratch arrays are sized with it).
 constexpr int kMaxWorkers = 256;

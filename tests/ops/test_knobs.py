@@ -1,0 +1,72 @@
+"""The compiled CPU kernels' run-time knobs (powerbench.ops.cpu_knobs): parsing and range
+checks, and results that do not depend on them (prefetch distance, chunking, the pool's
+spin and wake-up change speed only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from powerbench.ops.cpu_knobs import CpuKnobError, KnobSpec, knob_vector, parse_variant
+
+from . import reference as ref
+
+SPECS = (KnobSpec("prefetch_bytes", 2048, 64, 65536), KnobSpec("spin_us", 100, 0, 10**6))
+
+
+def test_variant_parsing():
+    assert parse_variant("default", SPECS) == {}
+    assert parse_variant(" ", SPECS) == {}
+    assert parse_variant("prefetch_bytes:4096+spin_us:0", SPECS) == {"prefetch_bytes": 4096,
+                                                                      "spin_us": 0}
+    assert parse_variant("spin_us=7", SPECS) == {"spin_us": 7}
+    assert knob_vector({"spin_us": 7}, SPECS) == [2048, 7]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("prefetch:4096", "'prefetch' is unknown; valid: prefetch_bytes, spin_us"),
+    ("prefetch_bytes:32", r"prefetch_bytes=32 is outside \[64, 65536\] \(default 2048\)"),
+    ("spin_us:fast", "'spin_us:fast' is not name:<integer>"),
+    ("spin_us", "'spin_us' is not name:<integer>"),
+])
+def test_bad_variants_name_the_knob_and_what_is_valid(text, match):
+    with pytest.raises(CpuKnobError, match=match):
+        parse_variant(text, SPECS)
+
+
+def test_extension_reports_its_knobs_and_refuses_bad_values(cpu_ops):
+    specs = {s.name: s for s in cpu_ops.knob_specs()}
+    assert {"prefetch_bytes", "run_kb", "spin_us", "prewake"} <= set(specs)
+    assert cpu_ops.knobs() == {n: s.default for n, s in specs.items()}
+    with pytest.raises(CpuKnobError, match="outside"):
+        cpu_ops.set_knobs({"prewake": 2})
+    values = knob_vector({}, list(specs.values()))
+    values[list(specs).index("prewake")] = 2
+    with pytest.raises(ValueError, match="prewake=2 is outside"):  # the C++ check too
+        torch.ops.powerbench_cpu.set_cpu_knobs(values)
+    assert cpu_ops.knobs() == {n: s.default for n, s in specs.items()}
+
+
+SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "run_kb": 4096},
+            {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_results_do_not_depend_on_the_knobs(cpu_ops, gen, dtype):
+    """Row products are bit-identical under every setting (each row's dot product is one
+    thread's); the FFN (axpy partial sums per worker) matches float64."""
+    w1 = (torch.randn(700, 300, generator=gen) * 0.1).to(dtype)
+    w2_t = (torch.randn(700, 300, generator=gen) * 0.1).to(dtype)
+    x = torch.randn(5, 300, generator=gen).to(dtype)
+    idx = torch.randperm(700, generator=gen)[:401].sort().values
+    outs = []
+    try:
+        for values in SETTINGS:
+            cpu_ops.set_knobs(values)
+            outs.append(cpu_ops.row(w1, x, idx))
+            y = cpu_ops.ffn_relu(x, w1, None, w2_t, None, idx)
+            ref.assert_close(y, ref.ffn_relu(x, w1, None, w2_t, None, idx), dtype)
+    finally:
+        cpu_ops.set_knobs({})
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
