@@ -4,6 +4,7 @@ entry of the run's dtype and thread count, not the generic microbenchmarks."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -39,6 +40,24 @@ def test_row_shows_the_kernel_entry_of_the_runs_dtype_and_threads():
     assert one["cpu_bw_gb_s"] == pytest.approx(20.0)
     generic = validation_row(_validation(hw), {"model": "m"}, "fp32", 1)  # no fp32 entry
     assert generic["cpu_bw_gb_s"] == pytest.approx(100.0)
+    assert math.isnan(generic["cpu_bw_spread_pct"]) and math.isnan(one["cpu_gflops_min"])
+
+
+def test_row_carries_the_spread_of_the_kernels_samples():
+    """Stream samples 16, 20, 24 GB/s: range 16-24, spread 100 x 8 / 20 = 40%; GEMM
+    samples 60, 66 GFLOP/s: spread 100 x 6 / 63 = 9.5%."""
+    kernel = KernelRates(dtype="fp32", threads=1, stream_bw=20 * GB, gemm_flops=63e9,
+                         attention_flops=1e9, op_s=1e-6, sparse_call_s=0.0,
+                         samples={"stream_bw": [24 * GB, 16 * GB, 20 * GB],
+                                  "gemm_flops": [60e9, 66e9]})
+    hw = make_hardware(cpu_bw=100 * GB, gpu_bw=None)
+    hw = dataclasses.replace(hw, units={"cpu": dataclasses.replace(hw.cpu, kernels=(kernel,))})
+    row = validation_row(_validation(hw), {}, "fp32", 1)
+    assert row["cpu_bw_min_gb_s"] == pytest.approx(16.0)
+    assert row["cpu_bw_max_gb_s"] == pytest.approx(24.0)
+    assert row["cpu_bw_spread_pct"] == pytest.approx(40.0)
+    assert row["cpu_gflops_min"] == pytest.approx(60.0)
+    assert row["cpu_gflops_spread_pct"] == pytest.approx(100 * 6 / 63)
 
 
 def _row(engine: str, variant: str, decode: float, prefill: float, bw: float) -> dict:
@@ -54,7 +73,21 @@ def test_tolerance_note_names_the_cells_outside_and_why():
             _row("sparse_cpu", "calibrated", 10.0, -19.0, 43.0)]
     note = tolerance_note(rows)
     assert "dense decode +36.0%: the in-run calibration gives +3.5%" in note
-    assert "(58.7 then, 43 GB/s now)" in note
+    assert "(58.7 then, 43 GB/s now)" in note  # no samples: no range to give
     assert "sparse_cpu prefill -20.0%: the in-run calibration is off too (-19.0%)" in note
     assert "sparse_cpu decode" not in note and "dense prefill" not in note  # within 15%
     assert tolerance_note(rows[1:2]).startswith("every cell")
+
+
+def test_tolerance_note_gives_the_range_the_profile_sampled():
+    """Profile 24 GB/s from samples 20-26; the in-run rate 17 lies outside that range."""
+    profile = {**_row("dense", "profile", 40.0, 3.0, 24.0), "cpu_bw_min_gb_s": 20.0,
+               "cpu_bw_max_gb_s": 26.0}
+    inside = {**profile, "engine": "sparse_cpu"}
+    rows = [profile, _row("dense", "calibrated", 2.0, 2.0, 17.0), inside,
+            _row("sparse_cpu", "calibrated", 2.0, 2.0, 21.0)]
+    from powerbench.tasks.validate import tolerance_note
+
+    note = tolerance_note(rows)
+    assert "(24 then, its samples 20-26; 17 GB/s now, outside that range)" in note
+    assert "(24 then, its samples 20-26; 21 GB/s now)" in note
