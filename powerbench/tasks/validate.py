@@ -113,11 +113,12 @@ def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
 
 
 TOLERANCE_PCT = 15.0  # the cached profile's goal: within this of the measured median
-# (error column, rate column the twin was charged for it, unit, phase, its samples' range)
+# (error column, rate column the twin was charged for it, unit, phase, its samples' range,
+# the error of each round against the calibrations beside it)
 CELLS = (("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode", "cpu_bw_min_gb_s",
-          "cpu_bw_max_gb_s"),
+          "cpu_bw_max_gb_s", "sim_error_paired_pct"),
          ("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill", "cpu_gflops_min",
-          "cpu_gflops_max"))
+          "cpu_gflops_max", "sim_prefill_error_paired_pct"))
 
 
 def _then_and_now(profile: dict[str, Any], now: dict[str, Any], rate: str, unit: str,
@@ -136,12 +137,14 @@ def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT)
     ±`tolerance`% of the measured median, and why: where the in-run calibration (the same
     microbenchmarks re-measured around the rounds) is within it, the machine ran at another
     speed than when the profile was measured (its rate then, the range its samples spanned,
-    and the rate now are given); where it is off too, the microbenchmarks do not measure
-    what the engine does."""
+    and the rate now are given); where it is off too but each round is within it against
+    the calibrations beside it (the paired error), the machine's speed changed during the
+    run (the calibrations' range is given); where both are off, the microbenchmarks do not
+    measure what the engine does."""
     calibrated = {r["engine"]: r for r in rows if r["hardware_variant"] == "calibrated"}
     off = []
     for row in (r for r in rows if r["hardware_variant"] == "profile"):
-        for error, rate, unit, phase, low, high in CELLS:
+        for error, rate, unit, phase, low, high, paired in CELLS:
             if not abs(row[error]) > tolerance:
                 continue
             cell = f"{row['engine']} {phase} {row[error]:+.1f}%"
@@ -152,6 +155,13 @@ def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT)
                 off.append(f"{cell}: the in-run calibration gives {other[error]:+.1f}%, so "
                            f"the machine ran at another speed than when the profile was "
                            f"measured {_then_and_now(row, other, rate, unit, low, high)}")
+            elif abs(other.get(paired, math.nan)) <= tolerance:
+                off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%) "
+                           f"but each round against the calibrations beside it gives "
+                           f"{other[paired]:+.1f}%, so the machine's speed changed during the "
+                           f"run (its calibrations {other.get(low, math.nan):.3g}-"
+                           f"{other.get(high, math.nan):.3g} {unit}; the profile's "
+                           f"{row[rate]:.3g})")
             else:
                 off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%): "
                            "the microbenchmarks do not measure what the engine does")

@@ -91,3 +91,20 @@ def test_tolerance_note_gives_the_range_the_profile_sampled():
     note = tolerance_note(rows)
     assert "(24 then, its samples 20-26; 17 GB/s now, outside that range)" in note
     assert "(24 then, its samples 20-26; 21 GB/s now)" in note
+
+
+def test_tolerance_note_tells_a_speed_change_during_the_run():
+    """The in-run calibration off too (+31%) but each round within 1% of the calibrations
+    beside it: the machine's speed changed during the run, not a model miss."""
+    from powerbench.tasks.validate import tolerance_note
+
+    profile = _row("dense", "profile", 1.0, 97.0, 22.6)
+    calibrated = {**_row("dense", "calibrated", -2.0, 31.0, 21.9), "cpu_gflops": 100.0,
+                  "sim_prefill_error_paired_pct": 0.7, "cpu_gflops_min": 74.5,
+                  "cpu_gflops_max": 155.0}
+    note = tolerance_note([profile, calibrated])
+    assert ("dense prefill +97.0%: the in-run calibration is off too (+31.0%) but each round "
+            "against the calibrations beside it gives +0.7%") in note
+    assert "(its calibrations 74.5-155 GFLOP/s; the profile's 150)" in note
+    missed = {**calibrated, "sim_prefill_error_paired_pct": 20.0}
+    assert "do not measure what the engine does" in tolerance_note([profile, missed])
