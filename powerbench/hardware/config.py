@@ -114,7 +114,7 @@ class LocalHardwareConfig:
     # the samples kept beside it (a VM's memory speed drifts in spells of minutes; their
     # spread is shown beside validate's errors). 1 sample: one round, no waiting
     kernel_samples: int = 7
-    kernel_sample_window_s: float = 120.0
+    kernel_sample_window_s: float = 120.0  # first to last round's start (0: back to back)
 
 
 SCHEMAS = {"static": StaticHardwareConfig, "local": LocalHardwareConfig}
