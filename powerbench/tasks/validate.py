@@ -30,7 +30,7 @@ import dataclasses
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -113,23 +113,60 @@ def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
 
 
 TOLERANCE_PCT = 15.0  # the cached profile's goal: within this of the measured median
-# (error column, rate column the twin was charged for it, unit, phase, its samples' range,
-# the error of each round against the calibrations beside it)
-CELLS = (("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode", "cpu_bw_min_gb_s",
-          "cpu_bw_max_gb_s", "sim_error_paired_pct"),
-         ("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill", "cpu_gflops_min",
-          "cpu_gflops_max", "sim_prefill_error_paired_pct"))
 
 
-def _then_and_now(profile: dict[str, Any], now: dict[str, Any], rate: str, unit: str,
-                  low: str, high: str) -> str:
+class Cell(NamedTuple):
+    """The columns of one phase's cell: its error, the rate the twin was charged for it
+    (unit), that rate's sampled range and spread, and the error of each round against the
+    calibrations beside it."""
+
+    error: str
+    rate: str
+    unit: str
+    phase: str
+    low: str
+    high: str
+    spread: str
+    paired: str
+
+
+CELLS = (Cell("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode", "cpu_bw_min_gb_s",
+              "cpu_bw_max_gb_s", "cpu_bw_spread_pct", "sim_error_paired_pct"),
+         Cell("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill", "cpu_gflops_min",
+              "cpu_gflops_max", "cpu_gflops_spread_pct", "sim_prefill_error_paired_pct"))
+
+
+def _then_and_now(profile: dict[str, Any], now: dict[str, Any], c: Cell) -> str:
     """'(X then, its samples A-B; Y <unit> now[, outside that range])'."""
-    lo, hi = profile.get(low, math.nan), profile.get(high, math.nan)
+    lo, hi = profile.get(c.low, math.nan), profile.get(c.high, math.nan)
     if math.isnan(lo) or math.isnan(hi):
-        return f"({profile[rate]:.3g} then, {now[rate]:.3g} {unit} now)"
-    outside = ", outside that range" if not lo <= now[rate] <= hi else ""
-    return (f"({profile[rate]:.3g} then, its samples {lo:.3g}-{hi:.3g}; {now[rate]:.3g} "
-            f"{unit} now{outside})")
+        return f"({profile[c.rate]:.3g} then, {now[c.rate]:.3g} {c.unit} now)"
+    outside = ", outside that range" if not lo <= now[c.rate] <= hi else ""
+    return (f"({profile[c.rate]:.3g} then, its samples {lo:.3g}-{hi:.3g}; {now[c.rate]:.3g} "
+            f"{c.unit} now{outside})")
+
+
+def _why(row: dict[str, Any], other: dict[str, Any], c: Cell, tolerance: float) -> str:
+    """Why a cell of the twin fed the cached profile is off (see tolerance_note)."""
+    calibrations = (f"its calibrations {other.get(c.low, math.nan):.3g}-"
+                    f"{other.get(c.high, math.nan):.3g} {c.unit}; the profile's "
+                    f"{row[c.rate]:.3g}")
+    if abs(other[c.error]) <= tolerance:
+        return (f"the in-run calibration gives {other[c.error]:+.1f}%, so the machine ran at "
+                f"another speed than when the profile was measured "
+                f"{_then_and_now(row, other, c)}")
+    if abs(other.get(c.paired, math.nan)) <= tolerance:
+        return (f"the in-run calibration is off too ({other[c.error]:+.1f}%) but each round "
+                f"against the calibrations beside it gives {other[c.paired]:+.1f}%, so the "
+                f"machine's speed changed during the run ({calibrations})")
+    if other.get(c.spread, math.nan) > tolerance:
+        return (f"the in-run calibration is off too ({other[c.error]:+.1f}%, each round against "
+                f"the calibrations beside it {other.get(c.paired, math.nan):+.1f}%) while the "
+                f"calibrations themselves spread {other[c.spread]:.0f}% ({calibrations}): the "
+                "machine's speed changed during the run by more than the tolerance, so this "
+                "run cannot tell drift from a model miss")
+    return (f"the in-run calibration is off too ({other[c.error]:+.1f}%): the microbenchmarks "
+            "do not measure what the engine does")
 
 
 def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT) -> str:
@@ -139,32 +176,19 @@ def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT)
     speed than when the profile was measured (its rate then, the range its samples spanned,
     and the rate now are given); where it is off too but each round is within it against
     the calibrations beside it (the paired error), the machine's speed changed during the
-    run (the calibrations' range is given); where both are off, the microbenchmarks do not
-    measure what the engine does."""
+    run (the calibrations' range is given); where both are off while the calibrations
+    themselves spread more than the tolerance, the run cannot tell drift from a model miss;
+    else the microbenchmarks do not measure what the engine does."""
     calibrated = {r["engine"]: r for r in rows if r["hardware_variant"] == "calibrated"}
     off = []
     for row in (r for r in rows if r["hardware_variant"] == "profile"):
-        for error, rate, unit, phase, low, high, paired in CELLS:
-            if not abs(row[error]) > tolerance:
+        for c in CELLS:
+            if not abs(row[c.error]) > tolerance:
                 continue
-            cell = f"{row['engine']} {phase} {row[error]:+.1f}%"
+            cell = f"{row['engine']} {c.phase} {row[c.error]:+.1f}%"
             other = calibrated.get(row["engine"])
-            if other is None:
-                off.append(f"{cell} (no in-run calibration to tell why)")
-            elif abs(other[error]) <= tolerance:
-                off.append(f"{cell}: the in-run calibration gives {other[error]:+.1f}%, so "
-                           f"the machine ran at another speed than when the profile was "
-                           f"measured {_then_and_now(row, other, rate, unit, low, high)}")
-            elif abs(other.get(paired, math.nan)) <= tolerance:
-                off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%) "
-                           f"but each round against the calibrations beside it gives "
-                           f"{other[paired]:+.1f}%, so the machine's speed changed during the "
-                           f"run (its calibrations {other.get(low, math.nan):.3g}-"
-                           f"{other.get(high, math.nan):.3g} {unit}; the profile's "
-                           f"{row[rate]:.3g})")
-            else:
-                off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%): "
-                           "the microbenchmarks do not measure what the engine does")
+            off.append(f"{cell} (no in-run calibration to tell why)" if other is None
+                       else f"{cell}: {_why(row, other, c, tolerance)}")
     if not off:
         return (f"every cell of the twin fed the cached `local` profile is within "
                 f"±{tolerance:.0f}% of the measured median")

@@ -108,3 +108,8 @@ def test_tolerance_note_tells_a_speed_change_during_the_run():
     assert "(its calibrations 74.5-155 GFLOP/s; the profile's 150)" in note
     missed = {**calibrated, "sim_prefill_error_paired_pct": 20.0}
     assert "do not measure what the engine does" in tolerance_note([profile, missed])
+    moving = {**missed, "cpu_gflops_spread_pct": 53.0}  # the calibrations spread > 15%
+    note = tolerance_note([profile, moving])
+    assert ("while the calibrations themselves spread 53% (its calibrations 74.5-155 GFLOP/s; "
+            "the profile's 150): the machine's speed changed during the run by more than the "
+            "tolerance, so this run cannot tell drift from a model miss") in note
