@@ -109,6 +109,12 @@ class LocalHardwareConfig:
     kernel_heads: int = 32
     kernel_head_dim: int = 64
     kernel_repeats: int = 9  # best of repeats (the undisturbed machine: measured once)
+    # every entry sampled `kernel_samples` times, the rounds (each entry once) spaced evenly
+    # over `kernel_sample_window_s` seconds: each rate stored is the median of its samples,
+    # the samples kept beside it (a VM's memory speed drifts in spells of minutes; their
+    # spread is shown beside validate's errors). 1 sample: one round, no waiting
+    kernel_samples: int = 7
+    kernel_sample_window_s: float = 120.0  # first to last round's start (0: back to back)
 
 
 SCHEMAS = {"static": StaticHardwareConfig, "local": LocalHardwareConfig}

@@ -68,6 +68,7 @@ class KernelRates:
     op_s: float  # seconds per operator issued from Python (dispatch, thread wake-up, barrier)
     sparse_call_s: float  # fused sparse FFN call: fixed seconds beyond one operator
     shape: dict[str, int] = field(default_factory=dict)  # the shapes measured
+    samples: dict[str, list[float]] = field(default_factory=dict)  # rate -> each sample
 
 
 @dataclass(frozen=True)

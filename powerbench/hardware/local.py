@@ -9,8 +9,10 @@ with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.micr
 
 `measure_kernels` (given by the `local` schema's target,
 `powerbench.measure.local_kernels.load_local`): a function that measures the engines' own
-kernels per (dtype, threads) at real-size shapes (`ComputeUnit.kernels`); the measurement
-layer owns it because it runs engine code. A cached profile without them is re-measured.
+kernels per (dtype, threads) at real-size shapes (`ComputeUnit.kernels`), sampled over a
+window of minutes (the profile's meta `kernel_window`: when, and the load around it); the
+measurement layer owns it because it runs engine code. A cached profile without them is
+re-measured.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from powerbench.hardware.hardware_profile import (
     MemoryTier,
 )
 from powerbench.hardware.storage import measure_storage
+from powerbench.load_window import LoadWindow
 from powerbench.paths import cache_dir
 
 KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
@@ -98,7 +101,11 @@ def measure_local(cfg: LocalHardwareConfig | None = None,
     gemm = mb.gemm_flops(c.gemm_dim, threads=ncpu, repeats=c.repeats)
     thread_sync = mb.thread_sync_latency(c.sync_iters)
     dispatch = mb.op_dispatch_latency()
-    kernels = measure_kernels(c, ncpu) if measure_kernels is not None else ()
+    kernels: tuple[KernelRates, ...] = ()
+    kernel_window = LoadWindow()
+    if measure_kernels is not None:
+        with kernel_window:
+            kernels = measure_kernels(c, ncpu)
 
     memories = {"dram": MemoryTier(
         name="dram", kind="dram", capacity_bytes=total, reserved_bytes=max(total - available, 0),
@@ -114,6 +121,8 @@ def measure_local(cfg: LocalHardwareConfig | None = None,
     accelerator, link = None, None
     sync_s, launch_s = thread_sync, dispatch
     meta: dict[str, Any] = {"hostname": socket.gethostname(), "facts": facts}
+    if kernels:  # when (UTC) and under what load the engine kernels were sampled
+        meta["kernel_window"] = kernel_window.as_dict()
     if c.cuda and mb.cuda_available():
         info = mb.cuda_device_info()
         bw = mb.cuda_copy_bw(c.cuda_copy_mb, repeats=c.repeats)

@@ -16,6 +16,8 @@ from powerbench.measure.op_counts import OpCounter
 from powerbench.threads import torch_threads
 
 Timer = Callable[[Callable[[], object], int], float]
+# the KernelRates figures measured by these microbenchmarks (each kept per sample)
+SAMPLED_RATES = ("stream_bw", "gemm_flops", "attention_flops", "op_s", "sparse_call_s")
 
 
 def best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -261,10 +263,12 @@ def _combine(profiles: Sequence[HardwareProfile], rate: Callable[[list[float]], 
     kernels = a.cpu.kernels
     if all(len(p.cpu.kernels) == 1 for p in profiles):  # calibrations: one entry each
         ks = [p.cpu.kernels[0] for p in profiles]
-        kernels = (replace(ks[0], **{f: rate([getattr(k, f) for k in ks]) for f in
+        samples = {f: [float(getattr(k, f)) for k in ks] for f in SAMPLED_RATES}
+        kernels = (replace(ks[0], **{f: rate(samples[f]) for f in
                                      ("stream_bw", "gemm_flops", "attention_flops")},
-                           op_s=cost([k.op_s for k in ks]),
-                           sparse_call_s=cost([k.sparse_call_s for k in ks])),)
+                           op_s=cost(samples["op_s"]),
+                           sparse_call_s=cost(samples["sparse_call_s"]),
+                           samples=samples),)  # each calibration's, in time order
     cpu = replace(a.cpu, effective_bw=rates(lambda p: p.cpu.effective_bw),
                   effective_flops=rates(lambda p: p.cpu.effective_flops),
                   effective_attention_flops=rates(lambda p: p.cpu.effective_attention_flops),

@@ -21,13 +21,24 @@ prompt far below that GEMM rate. Here, for each (dtype, threads) of the config:
 (the same microbenchmarks validation's in-run calibration uses, at the profile's fixed
 shapes; powerbench.measure.calibration), each the BEST of `kernel_repeats` timings: the
 profile is measured once and must describe the machine undisturbed, not the load of that
-moment (the in-run calibration takes medians, like the engines, beside them). The cost model picks the entry of the placed
-weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_rates).
+moment (the in-run calibration takes medians, like the engines, beside them).
+
+A shared VM's memory speed drifts in spells of minutes (the same stream test has read 24
+and 17 GB/s ten minutes apart), so one sample describes one spell: every entry is sampled
+`kernel_samples` times, in rounds (each entry once) spaced evenly over
+`kernel_sample_window_s` seconds, and each rate stored is the MEDIAN of its samples, the
+samples kept beside it (`KernelRates.samples`: their spread is what a validation shows
+next to its error, to tell drift from a model miss). The cost model picks the entry of
+the placed weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_rates).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,6 +46,7 @@ from powerbench.hardware.config import LocalHardwareConfig
 from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
 from powerbench.hardware.local import load_local as load_measured
 from powerbench.measure.calibration import (
+    SAMPLED_RATES,
     attention_flops,
     best_time,
     layer_matrix_shapes,
@@ -83,10 +95,45 @@ def measure_kernel(cfg: LocalHardwareConfig, dtype: str, threads: int) -> Kernel
                               "working_set_mb": cfg.kernel_working_set_mb})
 
 
+T = TypeVar("T")
+
+
+def spaced_samples(measure: Callable[[], T], samples: int, window_s: float,
+                   clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> list[T]:
+    """`samples` calls of `measure`, the i-th started at i x window_s / (samples - 1)
+    seconds after the first (at once where the one before ran past that time)."""
+    if samples < 1:
+        raise ValueError(f"hardware.kernel_samples: {samples} samples; give 1 or more")
+    if window_s < 0:
+        raise ValueError(f"hardware.kernel_sample_window_s: {window_s} s; give 0 or more")
+    step = window_s / (samples - 1) if samples > 1 else 0.0
+    start, out = clock(), []
+    for i in range(samples):
+        wait = start + i * step - clock()
+        if wait > 0:
+            sleep(wait)
+        out.append(measure())
+    return out
+
+
+def median_kernel(samples: Sequence[KernelRates]) -> KernelRates:
+    """One entry from samples of it: each of SAMPLED_RATES the median of its samples, every
+    sample kept in `samples` (in the order taken)."""
+    values = {f: [float(getattr(k, f)) for k in samples] for f in SAMPLED_RATES}
+    return replace(samples[0], samples=values,
+                   **{f: float(statistics.median(v)) for f, v in values.items()})
+
+
 def measure_kernels(cfg: LocalHardwareConfig, cpus: int) -> tuple[KernelRates, ...]:
-    """Every (dtype, threads) entry of the config."""
-    return tuple(measure_kernel(cfg, dtype, t) for dtype in cfg.kernel_dtypes
-                 for t in kernel_threads(cfg, cpus))
+    """Every (dtype, threads) entry of the config, sampled in rounds over the window (see
+    the module docstring)."""
+    entries = [(dtype, t) for dtype in cfg.kernel_dtypes for t in kernel_threads(cfg, cpus)]
+    if not entries:
+        return ()
+    rounds = spaced_samples(lambda: [measure_kernel(cfg, d, t) for d, t in entries],
+                            cfg.kernel_samples, cfg.kernel_sample_window_s)
+    return tuple(median_kernel(list(entry)) for entry in zip(*rounds, strict=True))
 
 
 def load_local(cfg: LocalHardwareConfig | None = None, **_: Any) -> HardwareProfile:

@@ -27,8 +27,10 @@ sweep_reports); a re-run of the same config is skipped (`rerun=true` measures ag
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -54,11 +56,29 @@ METRICS = ("measured_decode_tokens_per_s", "sim_decode_tokens_per_s", "sim_error
            "sim_prefill_error_best_pct", "measured_end_to_end_tokens_per_s",
            "sim_end_to_end_tokens_per_s", "sim_end_to_end_error_pct", "ops_attention",
            "ops_ffn", "ops_token", "cpu_bw_gb_s", "op_us", "sparse_call_us", "cpu_gflops",
-           "cpu_attention_gflops")
+           "cpu_attention_gflops", "cpu_bw_min_gb_s", "cpu_bw_max_gb_s", "cpu_bw_spread_pct",
+           "cpu_gflops_min", "cpu_gflops_max", "cpu_gflops_spread_pct")
 SHOWN = ("engine", "hardware_variant", "measured_decode_tokens_per_s",
          "sim_decode_tokens_per_s", "sim_error_pct", "sim_error_paired_pct",
-         "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s", "sim_prefill_error_pct",
-         "sim_end_to_end_error_pct")
+         "cpu_bw_spread_pct", "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s",
+         "sim_prefill_error_pct", "cpu_gflops_spread_pct", "sim_end_to_end_error_pct")
+# the rates whose sampled spread a row carries: (column prefix, KernelRates field, scale)
+SPREAD = (("cpu_bw", "stream_bw", 1e9, "_gb_s"), ("cpu_gflops", "gemm_flops", 1e9, ""))
+
+
+def sample_spread(samples: list[float] | None, prefix: str, scale: float,
+                  unit: str) -> dict[str, float]:
+    """The range of a rate's samples (the profile's over its sampling window; the in-run
+    calibrations' for `calibrated`) and its spread, 100 x (max - min) / median (NaN with
+    fewer than two samples)."""
+    nan = float("nan")
+    values = sorted(samples or [])
+    if len(values) < 2:
+        return {f"{prefix}_min{unit}": nan, f"{prefix}_max{unit}": nan,
+                f"{prefix}_spread_pct": nan}
+    mid = statistics.median(values)
+    return {f"{prefix}_min{unit}": values[0] / scale, f"{prefix}_max{unit}": values[-1] / scale,
+            f"{prefix}_spread_pct": 100.0 * (values[-1] - values[0]) / mid}
 
 
 def engine_predictor(cfg: PowerbenchConfig, engine: str) -> object | None:
@@ -87,38 +107,88 @@ def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
                                               kernel.sparse_call_s * 1e6 if kernel else 0.0),
             "cpu_gflops": (kernel.gemm_flops if kernel else hw.cpu.effective_flops or 0) / 1e9,
             "cpu_attention_gflops": (kernel.attention_flops if kernel
-                                     else hw.cpu.effective_attention_flops or 0) / 1e9}
+                                     else hw.cpu.effective_attention_flops or 0) / 1e9,
+            **{k: v for prefix, rate, scale, unit in SPREAD for k, v in sample_spread(
+                kernel.samples.get(rate) if kernel else None, prefix, scale, unit).items()}}
 
 
 TOLERANCE_PCT = 15.0  # the cached profile's goal: within this of the measured median
-# (error column, rate column the twin was charged for it, unit, phase)
-CELLS = (("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode"),
-         ("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill"))
+
+
+class Cell(NamedTuple):
+    """The columns of one phase's cell: its error, the rate the twin was charged for it
+    (unit), that rate's sampled range and spread, and the error of each round against the
+    calibrations beside it."""
+
+    error: str
+    rate: str
+    unit: str
+    phase: str
+    low: str
+    high: str
+    spread: str
+    paired: str
+
+
+CELLS = (Cell("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode", "cpu_bw_min_gb_s",
+              "cpu_bw_max_gb_s", "cpu_bw_spread_pct", "sim_error_paired_pct"),
+         Cell("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill", "cpu_gflops_min",
+              "cpu_gflops_max", "cpu_gflops_spread_pct", "sim_prefill_error_paired_pct"))
+
+
+def _then_and_now(profile: dict[str, Any], now: dict[str, Any], c: Cell) -> str:
+    """'(X then, its samples A-B; Y <unit> now[, outside that range])'."""
+    lo, hi = profile.get(c.low, math.nan), profile.get(c.high, math.nan)
+    if math.isnan(lo) or math.isnan(hi):
+        return f"({profile[c.rate]:.3g} then, {now[c.rate]:.3g} {c.unit} now)"
+    outside = ", outside that range" if not lo <= now[c.rate] <= hi else ""
+    return (f"({profile[c.rate]:.3g} then, its samples {lo:.3g}-{hi:.3g}; {now[c.rate]:.3g} "
+            f"{c.unit} now{outside})")
+
+
+def _why(row: dict[str, Any], other: dict[str, Any], c: Cell, tolerance: float) -> str:
+    """Why a cell of the twin fed the cached profile is off (see tolerance_note)."""
+    calibrations = (f"its calibrations {other.get(c.low, math.nan):.3g}-"
+                    f"{other.get(c.high, math.nan):.3g} {c.unit}; the profile's "
+                    f"{row[c.rate]:.3g}")
+    if abs(other[c.error]) <= tolerance:
+        return (f"the in-run calibration gives {other[c.error]:+.1f}%, so the machine ran at "
+                f"another speed than when the profile was measured "
+                f"{_then_and_now(row, other, c)}")
+    if abs(other.get(c.paired, math.nan)) <= tolerance:
+        return (f"the in-run calibration is off too ({other[c.error]:+.1f}%) but each round "
+                f"against the calibrations beside it gives {other[c.paired]:+.1f}%, so the "
+                f"machine's speed changed during the run ({calibrations})")
+    if other.get(c.spread, math.nan) > tolerance:
+        return (f"the in-run calibration is off too ({other[c.error]:+.1f}%, each round against "
+                f"the calibrations beside it {other.get(c.paired, math.nan):+.1f}%) while the "
+                f"calibrations themselves spread {other[c.spread]:.0f}% ({calibrations}): the "
+                "machine's speed changed during the run by more than the tolerance, so this "
+                "run cannot tell drift from a model miss")
+    return (f"the in-run calibration is off too ({other[c.error]:+.1f}%): the microbenchmarks "
+            "do not measure what the engine does")
 
 
 def tolerance_note(rows: list[dict[str, Any]], tolerance: float = TOLERANCE_PCT) -> str:
     """Which cells of the twin fed the cached profile (`profile` rows) are outside
     ±`tolerance`% of the measured median, and why: where the in-run calibration (the same
     microbenchmarks re-measured around the rounds) is within it, the machine ran at another
-    speed than when the profile was measured (its rate then and now is given); where it is
-    off too, the microbenchmarks do not measure what the engine does."""
+    speed than when the profile was measured (its rate then, the range its samples spanned,
+    and the rate now are given); where it is off too but each round is within it against
+    the calibrations beside it (the paired error), the machine's speed changed during the
+    run (the calibrations' range is given); where both are off while the calibrations
+    themselves spread more than the tolerance, the run cannot tell drift from a model miss;
+    else the microbenchmarks do not measure what the engine does."""
     calibrated = {r["engine"]: r for r in rows if r["hardware_variant"] == "calibrated"}
     off = []
     for row in (r for r in rows if r["hardware_variant"] == "profile"):
-        for error, rate, unit, phase in CELLS:
-            if not abs(row[error]) > tolerance:
+        for c in CELLS:
+            if not abs(row[c.error]) > tolerance:
                 continue
-            cell = f"{row['engine']} {phase} {row[error]:+.1f}%"
+            cell = f"{row['engine']} {c.phase} {row[c.error]:+.1f}%"
             other = calibrated.get(row["engine"])
-            if other is None:
-                off.append(f"{cell} (no in-run calibration to tell why)")
-            elif abs(other[error]) <= tolerance:
-                off.append(f"{cell}: the in-run calibration gives {other[error]:+.1f}%, so "
-                           f"the machine ran at another speed than when the profile was "
-                           f"measured ({row[rate]:.3g} then, {other[rate]:.3g} {unit} now)")
-            else:
-                off.append(f"{cell}: the in-run calibration is off too ({other[error]:+.1f}%): "
-                           "the microbenchmarks do not measure what the engine does")
+            off.append(f"{cell} (no in-run calibration to tell why)" if other is None
+                       else f"{cell}: {_why(row, other, c, tolerance)}")
     if not off:
         return (f"every cell of the twin fed the cached `local` profile is within "
                 f"±{tolerance:.0f}% of the measured median")
@@ -133,6 +203,20 @@ def validation_report(name: str, title: str, rows: list[dict[str, Any]], figure:
                   title=title, metrics=METRICS, columns=SHOWN,
                   figure="powerbench.figures.validation.plot_validation" if figure else "",
                   notes=[*(notes or []), tolerance_note(rows)], **fields)
+
+
+def profile_note(local: HardwareProfile) -> str:
+    """When the cached profile's engine kernels were sampled, how, and under what load."""
+    window = local.meta.get("kernel_window")
+    if not window or not any(k.samples for k in local.cpu.kernels):
+        return (f"the cached `local` profile ({local.measured_at or 'no date'}) has no "
+                "sampled engine-kernel rates")
+    samples = max(len(v) for k in local.cpu.kernels for v in k.samples.values())
+    return (f"the cached `local` profile's engine-kernel rates: the median of {samples} "
+            f"sample(s) each, spread over {window['started']} -> {window['ended'][11:]} "
+            f"({window['seconds']:.0f} s), load average {window['load_before']:.2f} -> "
+            f"{window['load_after']:.2f}; spread columns: 100 x (max - min) / median of the "
+            "profile's samples (`profile` rows) or of the in-run calibrations (`calibrated`)")
 
 
 def validate(task: ValidateTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Report]:
@@ -186,4 +270,5 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
                 "bench": as_container(bench), "task": as_container(task)},
         notes=["profile: the twin fed the cached `local` hardware profile; calibrated: its "
                "CPU rates re-measured before, between and after the engine rounds",
-               "errors: 100 x (simulated - measured) / measured; measured = median repeat"])
+               "errors: 100 x (simulated - measured) / measured; measured = median repeat",
+               profile_note(local)])

@@ -36,7 +36,7 @@ from powerbench.measure.harness import Report, run_benchmark
 from powerbench.measure.twin import validate_decoders
 from powerbench.solver import solve
 from powerbench.tasks.config import ValidateTask
-from powerbench.tasks.validate import validation_report, validation_row
+from powerbench.tasks.validate import profile_note, validation_report, validation_row
 
 SYNTHETIC_NOTE = ("SYNTHETIC weights: only speed is meaningful (seeded random weights of the "
                   "real shapes; sparse active sets replayed from the synthetic activation "
@@ -131,11 +131,15 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
                f"{bench.new_tokens} new tokens",
                "profile: the twin fed the cached `local` hardware profile alone; calibrated: "
                "its CPU rates re-measured before, between and after the rounds; errors: "
-               "100 x (simulated - measured) / measured median"])
+               "100 x (simulated - measured) / measured median", profile_note(local)])
 
 
 REALSIZE_COMMAND = ("powerbench validate model@task.synthetic_model=opt_1_3b task.layers=8 "
                     "task.rounds=3 task.dtype=<dtype> bench.threads=<n> task.publish=true")
+
+
+def _pct(value: float) -> str:
+    return "-" if value != value else f"{value:.0f}%"  # NaN: no samples to spread
 
 
 def realsize_section(folder: Path, reports: int) -> str:
@@ -156,14 +160,20 @@ def realsize_section(folder: Path, reports: int) -> str:
              "8 of 24 layers; dates UTC, load = 1-minute load average before/after. "
              "`profile`: the twin fed the cached `local` profile alone (its engine-kernel "
              "rates, measured once per machine); `calibrated`: re-measured around the "
-             "rounds. Errors: simulated vs the measured median.", "",
+             "rounds. Errors: simulated vs the measured median. Spread: 100 x (max - min) "
+             "/ median of the rate the twin was charged (stream GB/s for decode, GEMM "
+             "FLOP/s for prefill) over the profile's samples or the in-run calibrations: "
+             "how far the machine's own speed moved.", "",
              "| date | dtype | threads | engine | variant | decode meas. | decode sim. | error "
-             "| prefill meas. | prefill sim. | error | load |", "|" + "---|" * 12]
+             "| spread | prefill meas. | prefill sim. | error | spread | load |",
+             "|" + "---|" * 14]
     for r in frame.itertuples(index=False):
+        bw, flops = (getattr(r, c, float("nan")) for c in ("cpu_bw_spread_pct",
+                                                            "cpu_gflops_spread_pct"))
         lines.append(f"| {r.started} | {r.dtype} | {r.threads} | {r.engine} | "
                      f"{r.hardware_variant} | {r.measured_decode_tokens_per_s:.3g} | "
                      f"{r.sim_decode_tokens_per_s:.3g} | {r.sim_error_pct:+.1f}% | "
-                     f"{r.measured_prefill_tokens_per_s:.3g} | {r.sim_prefill_tokens_per_s:.3g} "
-                     f"| {r.sim_prefill_error_pct:+.1f}% | {r.load_avg_1m_before:.1f}-"
-                     f"{r.load_avg_1m_after:.1f} |")
+                     f"{_pct(bw)} | {r.measured_prefill_tokens_per_s:.3g} | "
+                     f"{r.sim_prefill_tokens_per_s:.3g} | {r.sim_prefill_error_pct:+.1f}% | "
+                     f"{_pct(flops)} | {r.load_avg_1m_before:.1f}-{r.load_avg_1m_after:.1f} |")
     return "\n".join(lines) + "\n"

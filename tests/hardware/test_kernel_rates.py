@@ -81,6 +81,8 @@ def test_time_average_of_calibrations_averages_their_kernels():
     b = _with_kernels(_kernel("fp16", 1, 6 * GB, op_s=8e-6))
     k = time_average(a, b).cpu.kernels[0]
     assert np.isclose(k.stream_bw, 3 * GB) and np.isclose(k.op_s, 6e-6)
+    # each calibration kept, in time order: the in-run spread validate shows
+    assert k.samples["stream_bw"] == [2 * GB, 6 * GB] and k.samples["op_s"] == [4e-6, 8e-6]
 
 
 def test_measured_kernels_are_sane_and_cached(tmp_path):
@@ -94,12 +96,16 @@ def test_measured_kernels_are_sane_and_cached(tmp_path):
                               sync_iters=50, kernel_dtypes=["fp32", "fp16"], kernel_threads=[1],
                               kernel_width=128, kernel_ffn=512, kernel_working_set_mb=4,
                               kernel_prompt_rows=8, kernel_heads=2, kernel_head_dim=16,
-                              kernel_repeats=2)
+                              kernel_repeats=2, kernel_samples=2, kernel_sample_window_s=0)
     hw = local_kernels.load_local(cfg)
     assert {(k.dtype, k.threads) for k in hw.cpu.kernels} == {("fp32", 1), ("fp16", 1)}
     for k in hw.cpu.kernels:
         assert 1e7 < k.stream_bw < 1e13 and 1e6 < k.gemm_flops < 1e14
         assert 1e-8 < k.op_s < 1e-2 and k.sparse_call_s >= 0
+        assert len(k.samples["stream_bw"]) == 2  # the median of two samples, both kept
+        assert min(k.samples["stream_bw"]) <= k.stream_bw <= max(k.samples["stream_bw"])
+    window = hw.meta["kernel_window"]  # when and under what load they were sampled
+    assert window["started"].endswith("UTC") and window["seconds"] >= 0
     calls = []
     again = local_kernels.load_measured(cfg, measure_kernels=lambda *a: calls.append(a) or ())
     assert not calls and again.cpu.kernels == hw.cpu.kernels

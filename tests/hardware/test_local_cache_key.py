@@ -24,3 +24,13 @@ def test_the_stream_matrices_are_a_measurement_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path))
     assert measurement_settings(LocalHardwareConfig())["kernel_stream"] == "layer"
     assert _cache(LocalHardwareConfig(kernel_stream="ffn_up"))[1] != "local"
+
+
+def test_the_sampling_window_is_a_measurement_setting(tmp_path, monkeypatch):
+    """A profile sampled once (or over another window) is not the default entry."""
+    monkeypatch.setenv("POWERBENCH_CACHE", str(tmp_path))
+    settings = measurement_settings(LocalHardwareConfig())
+    assert settings["kernel_samples"] == 7 and settings["kernel_sample_window_s"] == 120.0
+    once = _cache(LocalHardwareConfig(kernel_samples=1))[1]
+    assert once != "local" and _cache(LocalHardwareConfig(kernel_sample_window_s=30))[1] \
+        not in ("local", once)

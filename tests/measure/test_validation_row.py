@@ -4,6 +4,7 @@ entry of the run's dtype and thread count, not the generic microbenchmarks."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -39,6 +40,24 @@ def test_row_shows_the_kernel_entry_of_the_runs_dtype_and_threads():
     assert one["cpu_bw_gb_s"] == pytest.approx(20.0)
     generic = validation_row(_validation(hw), {"model": "m"}, "fp32", 1)  # no fp32 entry
     assert generic["cpu_bw_gb_s"] == pytest.approx(100.0)
+    assert math.isnan(generic["cpu_bw_spread_pct"]) and math.isnan(one["cpu_gflops_min"])
+
+
+def test_row_carries_the_spread_of_the_kernels_samples():
+    """Stream samples 16, 20, 24 GB/s: range 16-24, spread 100 x 8 / 20 = 40%; GEMM
+    samples 60, 66 GFLOP/s: spread 100 x 6 / 63 = 9.5%."""
+    kernel = KernelRates(dtype="fp32", threads=1, stream_bw=20 * GB, gemm_flops=63e9,
+                         attention_flops=1e9, op_s=1e-6, sparse_call_s=0.0,
+                         samples={"stream_bw": [24 * GB, 16 * GB, 20 * GB],
+                                  "gemm_flops": [60e9, 66e9]})
+    hw = make_hardware(cpu_bw=100 * GB, gpu_bw=None)
+    hw = dataclasses.replace(hw, units={"cpu": dataclasses.replace(hw.cpu, kernels=(kernel,))})
+    row = validation_row(_validation(hw), {}, "fp32", 1)
+    assert row["cpu_bw_min_gb_s"] == pytest.approx(16.0)
+    assert row["cpu_bw_max_gb_s"] == pytest.approx(24.0)
+    assert row["cpu_bw_spread_pct"] == pytest.approx(40.0)
+    assert row["cpu_gflops_min"] == pytest.approx(60.0)
+    assert row["cpu_gflops_spread_pct"] == pytest.approx(100 * 6 / 63)
 
 
 def _row(engine: str, variant: str, decode: float, prefill: float, bw: float) -> dict:
@@ -54,7 +73,43 @@ def test_tolerance_note_names_the_cells_outside_and_why():
             _row("sparse_cpu", "calibrated", 10.0, -19.0, 43.0)]
     note = tolerance_note(rows)
     assert "dense decode +36.0%: the in-run calibration gives +3.5%" in note
-    assert "(58.7 then, 43 GB/s now)" in note
+    assert "(58.7 then, 43 GB/s now)" in note  # no samples: no range to give
     assert "sparse_cpu prefill -20.0%: the in-run calibration is off too (-19.0%)" in note
     assert "sparse_cpu decode" not in note and "dense prefill" not in note  # within 15%
     assert tolerance_note(rows[1:2]).startswith("every cell")
+
+
+def test_tolerance_note_gives_the_range_the_profile_sampled():
+    """Profile 24 GB/s from samples 20-26; the in-run rate 17 lies outside that range."""
+    profile = {**_row("dense", "profile", 40.0, 3.0, 24.0), "cpu_bw_min_gb_s": 20.0,
+               "cpu_bw_max_gb_s": 26.0}
+    inside = {**profile, "engine": "sparse_cpu"}
+    rows = [profile, _row("dense", "calibrated", 2.0, 2.0, 17.0), inside,
+            _row("sparse_cpu", "calibrated", 2.0, 2.0, 21.0)]
+    from powerbench.tasks.validate import tolerance_note
+
+    note = tolerance_note(rows)
+    assert "(24 then, its samples 20-26; 17 GB/s now, outside that range)" in note
+    assert "(24 then, its samples 20-26; 21 GB/s now)" in note
+
+
+def test_tolerance_note_tells_a_speed_change_during_the_run():
+    """The in-run calibration off too (+31%) but each round within 1% of the calibrations
+    beside it: the machine's speed changed during the run, not a model miss."""
+    from powerbench.tasks.validate import tolerance_note
+
+    profile = _row("dense", "profile", 1.0, 97.0, 22.6)
+    calibrated = {**_row("dense", "calibrated", -2.0, 31.0, 21.9), "cpu_gflops": 100.0,
+                  "sim_prefill_error_paired_pct": 0.7, "cpu_gflops_min": 74.5,
+                  "cpu_gflops_max": 155.0}
+    note = tolerance_note([profile, calibrated])
+    assert ("dense prefill +97.0%: the in-run calibration is off too (+31.0%) but each round "
+            "against the calibrations beside it gives +0.7%") in note
+    assert "(its calibrations 74.5-155 GFLOP/s; the profile's 150)" in note
+    missed = {**calibrated, "sim_prefill_error_paired_pct": 20.0}
+    assert "do not measure what the engine does" in tolerance_note([profile, missed])
+    moving = {**missed, "cpu_gflops_spread_pct": 53.0}  # the calibrations spread > 15%
+    note = tolerance_note([profile, moving])
+    assert ("while the calibrations themselves spread 53% (its calibrations 74.5-155 GFLOP/s; "
+            "the profile's 150): the machine's speed changed during the run by more than the "
+            "tolerance, so this run cannot tell drift from a model miss") in note

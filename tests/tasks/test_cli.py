@@ -132,7 +132,8 @@ def test_validate_task_sweeps_engines_into_one_report(run_cli, tiny_overrides, t
     sweep = tmp_path / "validate"
     run_cli(["-m", "validate", *tiny_overrides, *FAST_TINY, "hardware.mem_mb=32",
              "hardware.gemv_dim=512", "hardware.gemm_dim=128", "hardware.repeats=2",
-             "hardware.sync_iters=200", "hardware.storage=false", "task.rounds=1",
+             "hardware.sync_iters=200", "hardware.storage=false", "hardware.kernel_samples=1",
+             "task.rounds=1",
              "task.calibrate=false", f"hydra.sweep.dir={sweep}"])  # engine=dense,sparse_cpu
     import pandas as pd
 

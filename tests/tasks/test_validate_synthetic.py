@@ -13,7 +13,8 @@ TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=
         "spec.vocab_size=300", "spec.max_positions=64"]
 SHAPE = [f"task.synthetic_model.{o}" for o in TINY]  # the composed model's keys
 FAST_LOCAL = ["hardware.mem_mb=32", "hardware.gemv_dim=512", "hardware.gemm_dim=128",
-              "hardware.repeats=2", "hardware.sync_iters=200", "hardware.storage=false"]
+              "hardware.repeats=2", "hardware.sync_iters=200", "hardware.storage=false",
+              "hardware.kernel_samples=2", "hardware.kernel_sample_window_s=0"]
 
 
 @pytest.mark.parametrize("model", ["opt_6_7b", "llama_reglu_7b"])
@@ -36,6 +37,9 @@ def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model):
     assert (frame["measured_decode_tokens_per_s"] > 0).all()
     assert (frame["sim_decode_tokens_per_s"] > 0).all() and frame["sim_error_pct"].notna().all()
     assert frame["started"].notna().all() and (frame["load_avg_1m_before"] >= 0).all()
+    # the spread of the rates charged: the profile's 2 samples, the 3 in-run calibrations
+    assert frame["cpu_bw_spread_pct"].notna().all() and (frame["cpu_bw_spread_pct"] >= 0).all()
+    assert "the median of 2 sample(s) each" in printed
     mlflow.set_tracking_uri(run_cli.store)
     runs = mlflow.search_runs(experiment_names=["validation_realsize"])
     assert len(runs) == 1 and runs.iloc[0]["tags.powerbench.study"] == "validation"
@@ -67,8 +71,13 @@ def test_realsize_section_lists_the_newest_reports(tmp_path):
     pd.DataFrame([row]).to_csv(tmp_path / "realsize_a_fp16.csv", index=False)
     newer = {**row, "started": "2026-11-25 21:00:00 UTC", "dtype": "fp32"}
     pd.DataFrame([newer]).to_csv(tmp_path / "realsize_a_fp32.csv", index=False)
-    text = realsize_section(tmp_path, reports=1)
+    spread = {**row, "started": "2026-11-25 22:00:00 UTC", "dtype": "bf16",
+              "cpu_bw_spread_pct": 31.6, "cpu_gflops_spread_pct": 4.2}
+    pd.DataFrame([spread]).to_csv(tmp_path / "realsize_a_bf16.csv", index=False)
+    assert "| +10.0% | 32% | 50 | 45 | -10.0% | 4% |" in realsize_section(tmp_path, 1)
+    text = realsize_section(tmp_path, reports=2).split("| bf16 |")[0]
     assert "| fp32 |" in text and "| fp16 |" not in text and "+10.0%" in text
+    assert "| +10.0% | - | 50 |" in text  # a CSV without spread columns: none shown
     assert "task.publish=true" in text  # the command that writes the rows
-    assert "| fp16 |" in realsize_section(tmp_path, reports=2)
+    assert "| fp16 |" in realsize_section(tmp_path, reports=3)
     assert realsize_section(tmp_path / "missing", 4) == ""
