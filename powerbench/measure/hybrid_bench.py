@@ -293,13 +293,14 @@ NOTES = [
 
 def local_profile(cfg: HybridBenchConfig, cache_file: str) -> Any:
     """This machine's `local` hardware profile, measured now (GPU included; our CPU kernels
-    at the CPU part's dtype and thread count) and kept in `cache_file`."""
+    at the CPU part's dtype and thread count, one sample: measured just before the rows, it
+    needs no window spread over spells of the machine's speed) and kept in `cache_file`."""
     from powerbench.hardware.config import LocalHardwareConfig
     from powerbench.measure.local_kernels import load_local
 
     return load_local(LocalHardwareConfig(
         remeasure=True, cache_file=cache_file, storage=False, threads=[1, cfg.cpu_threads],
-        kernel_threads=[cfg.cpu_threads], kernel_dtypes=[cfg.dtype]))
+        kernel_threads=[cfg.cpu_threads], kernel_dtypes=[cfg.dtype], kernel_samples=1))
 
 
 def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None) -> Report:
