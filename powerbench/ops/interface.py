@@ -228,8 +228,8 @@ class SparseOps(ABC):
         self, weights: ReluFFNWeights | GatedFFNWeights,
     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """:meth:`ffn` with the weights bound and no per-call checks:
-        ``fn(x [batch, d_model], ids int64) -> y fp32 [batch, d_model]``, for a decode loop
-        whose ids come from a trusted predictor."""
+        ``fn(x [batch, d_model], ids int64) -> y [batch, d_model]`` (fp32; sparse_cuda writes
+        it in x's dtype), for a decode loop whose ids come from a trusted predictor."""
         if isinstance(weights, ReluFFNWeights):
             w = (weights.w1, weights.b1, weights.w2_t, weights.b2)
             return lambda x, ids: self._ffn_relu(x, *w, ids, False)
