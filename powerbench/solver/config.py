@@ -9,6 +9,11 @@ from typing import Any
 from powerbench.model.spec import WeightDType
 from powerbench.schema_helpers import MISSING, coerce_enums
 
+# Memory a PC solver leaves free beside the weights and the KV cache (sources and ranges:
+# the constants registry, docs/constants.md).
+GPU_BUFFER_GB = 1.0  # compute / scratch buffers and the BLAS workspace on the accelerator
+CPU_BUFFER_GB = 2.0  # compute buffers, tokenizer, runtime on the host
+
 
 class CommMode(StrEnum):
     """How the per-layer minimum GPU share C_l is derived (PowerInfer paper, §6).
@@ -57,8 +62,8 @@ class SolverConfig:
     name: str = MISSING
     context: int | None = None  # KV-cache tokens reserved (None: the model's max_positions)
     kv_bytes_per_value: float = 2.0  # fp16 KV cache
-    gpu_buffer_gb: float = 1.0  # compute / scratch buffers on the accelerator
-    cpu_buffer_gb: float = 2.0  # compute buffers, tokenizer, runtime on the host
+    gpu_buffer_gb: float = GPU_BUFFER_GB  # compute / scratch buffers on the accelerator
+    cpu_buffer_gb: float = CPU_BUFFER_GB  # compute buffers, tokenizer, runtime on the host
     lm_head_on_gpu: bool = True  # the output projection, where it fits
 
     def __post_init__(self) -> None:
