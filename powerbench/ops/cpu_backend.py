@@ -24,6 +24,7 @@ class CpuSparseOps(SparseOps):
     name = "sparse_cpu"
     device = "cpu"
     validates_in_python = False
+    self_checking = True
 
     def __init__(self) -> None:
         ops = torch.ops.powerbench_cpu
@@ -90,30 +91,16 @@ class CpuSparseOps(SparseOps):
         torch.ops.powerbench_cpu.set_cpu_knobs(knob_vector(values, specs))
         return before
 
-    # The public operators go straight to the C++ op for an id tensor: it checks every
-    # argument itself (same error types and messages as the Python checks) and returns y in
-    # x's dtype and shape, so a decode-path call is one dispatch. A cold call (after the
-    # weights streamed through the cache) spent ~30 us in the Python checks alone on the
-    # 2-core EPYC host, as long as reading 1 MB of weights. Threshold active sets (and
-    # anything that is not a tensor) take the generic path.
-    def row(self, w, x, idx, scatter=False, *, bias=None, relu=False, check=True):
-        if type(idx) is not torch.Tensor:
-            return super().row(w, x, idx, scatter, bias=bias, relu=relu, check=check)
-        return self._row_op(w, x, idx, bias, relu, scatter, check)
-
-    def axpy(self, w_t, coeffs, idx, *, check=True):
-        if type(idx) is not torch.Tensor:
-            return super().axpy(w_t, coeffs, idx, check=check)
-        return self._axpy_op(w_t, coeffs, idx, None, check)
-
-    def ffn_relu(self, x, w1, b1, w2_t, b2, idx, *, check=True):
-        if type(idx) is not torch.Tensor:
-            return super().ffn_relu(x, w1, b1, w2_t, b2, idx, check=check)
+    # self_checking: the public operators go straight to the C++ op for an id tensor (it
+    # checks every argument itself and returns y in x's dtype and shape), so a decode-path
+    # call is one dispatch. A cold call (after the weights streamed through the cache) spent
+    # ~30 us in the Python checks alone on the 2-core EPYC host, as long as reading 1 MB of
+    # weights. Threshold active sets (and anything that is not a tensor) take the generic
+    # path. The FFN hooks return fp32 (prepare_ffn); a direct call asks for x's dtype.
+    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check):
         return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, check, True)
 
-    def ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind="reglu", *, check=True):
-        if type(idx) is not torch.Tensor or kind not in GATED_KINDS:
-            return super().ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check=check)
+    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check):
         return self._ffn_gated_op(x, w_gate, w_up, w_down_t, idx, GATED_KINDS.index(kind),
                                   check, True)
 

@@ -1,6 +1,7 @@
 """Run-time tuning knobs of the compiled CPU kernels (``csrc/cpu_knobs.h``): prefetch
 distance, the bytes each row slot streams per claimed chunk, how long pool helpers spin
-before sleeping, and whether an operator wakes them on entry. The kernels read them at
+before sleeping, whether an operator wakes them on entry, and how long before the next job
+is due a sleeping helper wakes by the clock. The kernels read them at
 every call, so the operator benchmark times several settings side by side in one process
 (``bench-operators 'task.variants=[default,prefetch_bytes:4096+spin_us:2000]'``), where
 separate processes on a shared VM differ by more than the effect.

@@ -36,6 +36,7 @@ class CudaSparseOps(SparseOps):
     device = "cuda"
     device_threshold = True
     validates_in_python = False  # done below, only when asked (it synchronises)
+    self_checking = True
 
     def __init__(self) -> None:
         ops = torch.ops.powerbench_cuda
@@ -55,30 +56,13 @@ class CudaSparseOps(SparseOps):
             raise BackendUnavailable(f"CUDA extension build failed: {summarize(err)}") from err
         return cls()
 
-    # With an id tensor, a 2-D x and check=False (the decode loop), the public operators go
-    # straight to the C++ op: it checks every argument itself (same error types) and returns
-    # y in x's dtype (coeffs' for axpy), so a call is one dispatch and its kernels, with no
-    # Python checks and no conversion. Everything else takes the generic path.
-    def row(self, w, x, idx, scatter=False, *, bias=None, relu=False, check=True):
-        if check or type(idx) is not torch.Tensor or not _batch(x):
-            return super().row(w, x, idx, scatter, bias=bias, relu=relu, check=check)
-        return self._row_op(w, x, idx, None, 0.0, bias, relu, scatter)
-
-    def axpy(self, w_t, coeffs, idx, *, check=True):
-        if check or type(idx) is not torch.Tensor or not _batch(coeffs):
-            return super().axpy(w_t, coeffs, idx, check=check)
-        return self._axpy_op(w_t, coeffs, idx, None, 0.0, None)
-
-    def ffn_relu(self, x, w1, b1, w2_t, b2, idx, *, check=True):
-        if check or type(idx) is not torch.Tensor or not _batch(x):
-            return super().ffn_relu(x, w1, b1, w2_t, b2, idx, check=check)
-        return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, None, 0.0)
-
-    def ffn_gated(self, x, w_gate, w_up, w_down_t, idx, kind="reglu", *, check=True):
-        if check or type(idx) is not torch.Tensor or not _batch(x) or kind not in GATED_KINDS:
-            return super().ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check=check)
-        return self._ffn_gated_op(x, w_gate, w_up, w_down_t, idx, None, 0.0,
-                                  GATED_KINDS.index(kind))
+    # self_checking: with an id tensor, a 2-D x and check=False (the decode loop), the public
+    # operators go straight to the hooks and the C++ op: it checks every argument itself
+    # (same error types) and returns y in x's dtype (coeffs' for axpy), so a call is one
+    # dispatch and its kernels, with no Python checks and no conversion. Everything else
+    # takes the generic path (ids are range-checked here, which synchronises).
+    def _direct_ok(self, x, idx, check):
+        return super()._direct_ok(x, idx, check) and not check and _batch(x)
 
     @staticmethod
     def _checked(active, limit: int, check: bool):

@@ -85,6 +85,11 @@ class SparseOps(ABC):
     device: ClassVar[str]
     #: the backend consumes a Threshold directly (else it is turned into ids first)
     device_threshold: ClassVar[bool] = False
+    #: the backend's compiled ops check every argument themselves (same error types and
+    #: messages as the Python checks) and return y in x's dtype and shape (coeffs' for axpy):
+    #: a public call that :meth:`_direct_ok` accepts goes straight to the backend hook, one
+    #: dispatch with no Python checks (a cold call spent ~30 us in them on sparse_cpu)
+    self_checking: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- public API
     def row(
@@ -103,6 +108,8 @@ class SparseOps(ABC):
         Compact ``[batch, len(idx)]`` (column j for ``idx[j]``), or with ``scatter`` the
         full ``[batch, d_ffn]`` with zeros for inactive neurons.
         """
+        if self._direct_ok(x, idx, check):
+            return self._row(w, x, idx, scatter, bias, relu, check)
         check_weight(w, "w", self.device)
         x2 = as_batch(x, w.shape[1], "x", self.device)
         check_vector(bias, w.shape[0], "bias", self.device)
@@ -116,6 +123,8 @@ class SparseOps(ABC):
 
         ``coeffs`` is compact ``[batch, len(idx)]`` (``[batch, d_ffn]`` with a Threshold).
         """
+        if self._direct_ok(coeffs, idx, check):
+            return self._axpy(w_t, coeffs, idx, check)
         check_weight(w_t, "w_t", self.device)
         if isinstance(idx, Threshold):
             n_cols = w_t.shape[0]
@@ -159,6 +168,8 @@ class SparseOps(ABC):
         check: bool = True,
     ) -> torch.Tensor:
         """``y = b2 + sum_{i in idx} relu(w1[i] . x + b1[i]) * w2_t[i]`` (OPT fc1 -> fc2)."""
+        if self._direct_ok(x, idx, check):
+            return self._ffn_relu_direct(x, w1, b1, w2_t, b2, idx, check)
         check_weight(w1, "w1", self.device)
         check_same(w1, "w1", w2_t, "w2_t")
         x2 = as_batch(x, w1.shape[1], "x", self.device)
@@ -182,6 +193,8 @@ class SparseOps(ABC):
 
         kind ``reglu``: relu(g) * u; ``drelu``: relu(g) * relu(u); ``swiglu``: silu(g) * u.
         """
+        if kind in GATED_KINDS and self._direct_ok(x, idx, check):
+            return self._ffn_gated_direct(x, w_gate, w_up, w_down_t, idx, kind, check)
         if kind not in GATED_KINDS:
             raise ValueError(f"unknown gated kind {kind!r}; valid: {', '.join(GATED_KINDS)}")
         check_weight(w_gate, "w_gate", self.device)
@@ -314,6 +327,19 @@ class SparseOps(ABC):
 
     #: ids are range/duplicate-checked in Python (False: the backend does it itself)
     validates_in_python: ClassVar[bool] = True
+
+    def _direct_ok(self, x: torch.Tensor, idx: Active, check: bool) -> bool:
+        """Whether a public call skips the Python checks: on a :attr:`self_checking`
+        backend, for an id tensor (a backend may narrow this further)."""
+        return self.self_checking and type(idx) is torch.Tensor
+
+    # The FFN hooks of a direct call, y in x's dtype; by default the hooks themselves
+    # (a backend whose hooks return fp32 for prepare_ffn overrides these).
+    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check) -> torch.Tensor:
+        return self._ffn_relu(x, w1, b1, w2_t, b2, idx, check)
+
+    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check) -> torch.Tensor:
+        return self._ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check)
 
     # ---------------------------------------------------------------- backend hooks
     @abstractmethod

@@ -4,10 +4,13 @@ spin and wake-up change speed only)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from powerbench.ops.cpu_knobs import CpuKnobError, KnobSpec, knob_vector, parse_variant
+from powerbench.threads import torch_threads
 
 from . import reference as ref
 
@@ -48,7 +51,8 @@ def test_extension_reports_its_knobs_and_refuses_bad_values(cpu_ops):
 
 
 SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "run_kb": 4096},
-            {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1})
+            {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1},
+            {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -70,3 +74,23 @@ def test_results_do_not_depend_on_the_knobs(cpu_ops, gen, dtype):
         cpu_ops.set_knobs({})
     for out in outs[1:]:
         assert torch.equal(out, outs[0])
+
+
+@pytest.mark.parametrize("wake_ahead_us", [0, 300, 100000])
+def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_us):
+    """Helpers that sleep between calls (spin_us 0) and wake by the clock before the next
+    call is due (wake_ahead_us; 100 ms: every wake is early and times out) still take part
+    in every job and leave the results unchanged."""
+    w = torch.randn(4096, 256, generator=gen)
+    x = torch.randn(1, 256, generator=gen)
+    idx = torch.arange(0, 4096, 2)
+    expected = cpu_ops.row(w, x, idx)
+    try:
+        cpu_ops.set_knobs({"spin_us": 0, "wake_ahead_us": wake_ahead_us})
+        for _ in range(12):
+            time.sleep(0.002)
+            assert torch.equal(cpu_ops.row(w, x, idx), expected)
+        with torch_threads(2):
+            assert cpu_ops.threads_used() == 2
+    finally:
+        cpu_ops.set_knobs({})

@@ -18,6 +18,7 @@ enum Knob : int {
   kKnobPrewake,            // 1: an operator wakes the sleeping helpers on entry (before its setup)
   kKnobChunksPerThread,    // at least this many claimed chunks per thread (caps the chunk size)
   kKnobHeadPrefetch,       // 1: a chunk's first rows have their first lines prefetched at once
+  kKnobWakeAheadUs,        // a sleeping helper wakes this long before the next job is due (0: off)
   kKnobCount
 };
 
@@ -35,11 +36,12 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"prewake", 0, 0, 1},
     {"chunks_per_thread", 4, 1, 64},
     {"head_prefetch", 0, 0, 1},
+    {"wake_ahead_us", 200, 0, 100000},
 };
 
 inline std::atomic<int64_t> g_knobs[kKnobCount] = {
     kKnobSpecs[0].value, kKnobSpecs[1].value, kKnobSpecs[2].value,
-    kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value};
+    kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value, kKnobSpecs[6].value};
 
 inline int64_t knob(Knob k) { return g_knobs[k].load(std::memory_order_relaxed); }
 

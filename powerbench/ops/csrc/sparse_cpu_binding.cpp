@@ -21,6 +21,17 @@
 
 namespace {
 
+// Error-message text of numbers, shapes and dtypes, built without ostream number formatting
+// (std::to_string): TORCH_CHECK's c10::str streams its arguments into an ostringstream, and
+// streaming numbers there segfaulted inside the CUDA extension on the device image's
+// toolchain, so neither binding lets it format one. Same text as c10's operator<<.
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+const char* dtype_str(at::ScalarType t) { return c10::toString(t); }
+
 pbops::WType weight_type(const at::Tensor& w, const char* name) {
   switch (w.scalar_type()) {
     case at::kFloat: return pbops::kF32;
@@ -28,14 +39,15 @@ pbops::WType weight_type(const at::Tensor& w, const char* name) {
     case at::kBFloat16: return pbops::kBF16;
     default:
       TORCH_CHECK_TYPE(false, name, " must be float32, float16 or bfloat16, got ",
-                       w.scalar_type());
+                       dtype_str(w.scalar_type()));
   }
   return pbops::kF32;
 }
 
 void check_weight(const at::Tensor& w, const char* name) {
   TORCH_CHECK_VALUE(w.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK_VALUE(w.dim() == 2, name, " must be 2-D [neurons, features], got ", w.dim(),
+  TORCH_CHECK_VALUE(w.dim() == 2, name, " must be 2-D [neurons, features], got ",
+                    std::to_string(w.dim()),
                     "-D");
   TORCH_CHECK_VALUE(w.is_contiguous(), name, " must be contiguous (prepare weights once)");
 }
@@ -43,8 +55,8 @@ void check_weight(const at::Tensor& w, const char* name) {
 // Validated int64 copy of the active list; `check` verifies range and uniqueness in O(n).
 at::Tensor active_ids(const at::Tensor& idx, int64_t limit, bool check) {
   TORCH_CHECK_TYPE(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
-                   "idx must be int32 or int64, got ", idx.scalar_type());
-  TORCH_CHECK_VALUE(idx.dim() == 1, "idx must be 1-D, got ", idx.dim(), "-D");
+                   "idx must be int32 or int64, got ", dtype_str(idx.scalar_type()));
+  TORCH_CHECK_VALUE(idx.dim() == 1, "idx must be 1-D, got ", std::to_string(idx.dim()), "-D");
   at::Tensor ids = idx.to(at::kLong).contiguous();
   if (check) {
     const int64_t* p = ids.data_ptr<int64_t>();
@@ -52,9 +64,10 @@ at::Tensor active_ids(const at::Tensor& idx, int64_t limit, bool check) {
     std::vector<uint8_t> seen(static_cast<size_t>(limit), 0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t v = p[j];
-      TORCH_CHECK_INDEX(v >= 0 && v < limit, "idx[", j, "] = ", v, " is out of range for ",
-                        limit, " neurons");
-      TORCH_CHECK_VALUE(!seen[v], "idx holds neuron ", v, " twice (again at position ", j,
+      TORCH_CHECK_INDEX(v >= 0 && v < limit, "idx[", std::to_string(j), "] = ", std::to_string(v),
+                        " is out of range for ", std::to_string(limit), " neurons");
+      TORCH_CHECK_VALUE(!seen[v], "idx holds neuron ", std::to_string(v),
+                        " twice (again at position ", std::to_string(j),
                         "); the active set must not repeat neurons");
       seen[v] = 1;
     }
@@ -72,8 +85,8 @@ const float* f32_data(const at::Tensor& t, at::Tensor& keep) {
 const float* bias_data(const std::optional<at::Tensor>& bias, at::Tensor& keep, int64_t len,
                        const char* name) {
   if (!bias.has_value()) return nullptr;
-  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape (", len,
-                    ",), got ", bias->sizes());
+  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == len, name, " must have shape (",
+                    std::to_string(len), ",), got ", shape_str(bias->sizes()));
   return f32_data(*bias, keep);
 }
 
@@ -116,8 +129,8 @@ Tokens tokens(const at::Tensor& t, int64_t cols, const char* name, int slot, at:
   TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor");
   const bool one_d = t.dim() == 1;
   const bool ok = one_d ? t.size(0) == cols : t.dim() == 2 && t.size(1) == cols && t.size(0) >= 1;
-  TORCH_CHECK_VALUE(ok, name, " must be [batch >= 1, ", cols, "] or [", cols, "], got ",
-                    t.sizes());
+  TORCH_CHECK_VALUE(ok, name, " must be [batch >= 1, ", std::to_string(cols), "] or [",
+                    std::to_string(cols), "], got ", shape_str(t.sizes()));
   return {as_f32(t, name, slot, keep), one_d ? 1 : t.size(0), one_d};
 }
 
@@ -196,8 +209,8 @@ at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor
   const Tokens c = tokens(coeff, n, "coeffs", 0, ck);
   const float* b = nullptr;
   if (init.has_value()) {
-    TORCH_CHECK_VALUE(init->dim() == 1 && init->size(0) == D, "bias must have shape (", D,
-                      ",), got ", init->sizes());
+    TORCH_CHECK_VALUE(init->dim() == 1 && init->size(0) == D, "bias must have shape (",
+                      std::to_string(D), ",), got ", shape_str(init->sizes()));
     b = as_f32(*init, "bias", 1, ik);
   }
   const Result r = result(coeff, true, c.one_d, c.rows, D);
@@ -214,7 +227,8 @@ at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor
 // x as fp32 [B, K] data; B returned through `rows`.
 const float* x_data(const at::Tensor& x, int64_t K, at::Tensor& keep, int64_t& rows) {
   TORCH_CHECK_VALUE(x.dim() == 2, "x must be 2-D [batch, features]");
-  TORCH_CHECK_VALUE(x.size(1) == K, "x has ", x.size(1), " features, expected ", K);
+  TORCH_CHECK_VALUE(x.size(1) == K, "x has ", std::to_string(x.size(1)), " features, expected ",
+                    std::to_string(K));
   TORCH_CHECK_VALUE(x.size(0) >= 1, "x must hold at least one token");
   rows = x.size(0);
   return as_f32(x, "x", 0, keep);
@@ -240,10 +254,10 @@ at::Tensor output(const at::Tensor& like, int64_t B, int64_t D, const float* bia
 
 void check_pair(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
   check_weight(a, an);
-  TORCH_CHECK_VALUE(a.sizes() == b.sizes(), bn, " has shape ", b.sizes(), ", expected ",
-                    a.sizes(), " like ", an, " (both [d_ffn, d_model])");
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), bn, " is ", b.scalar_type(), " but ", an,
-                   " is ", a.scalar_type());
+  TORCH_CHECK_VALUE(a.sizes() == b.sizes(), bn, " has shape ", shape_str(b.sizes()),
+                    ", expected ", shape_str(a.sizes()), " like ", an, " (both [d_ffn, d_model])");
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), bn, " is ", dtype_str(b.scalar_type()),
+                   " but ", an, " is ", dtype_str(a.scalar_type()));
   check_weight(b, bn);
 }
 
@@ -260,7 +274,7 @@ void relu_ffn_into(const at::Tensor& w1, const float* b1, const at::Tensor& w2_t
 void gated_ffn_into(const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd_t,
                     int64_t kind, const float* x, int64_t B, const int64_t* ids, int64_t n,
                     float* y) {
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", std::to_string(kind));
   const pbops::WType wt = weight_type(wg, "w_gate");
   const int64_t K = wg.size(1);
   float* h = scratch(0, B * n);
@@ -321,10 +335,13 @@ at::Tensor predicted_ids(const at::Tensor& like, const float* x, int64_t B, int6
   check_weight(p_w1, "predictor w1");
   check_weight(p_w2_t, "predictor w2_t");
   const int64_t R = p_w1.size(0), N = p_w2_t.size(1);
-  TORCH_CHECK_VALUE(p_w1.size(1) == K, "predictor w1 has ", p_w1.size(1), " inputs, x has ", K);
-  TORCH_CHECK_VALUE(p_w2_t.size(0) == R, "predictor w2_t has ", p_w2_t.size(0),
-                    " rows, predictor w1 has ", R, " outputs");
-  TORCH_CHECK_VALUE(N == neurons, "the predictor scores ", N, " neurons, the FFN has ", neurons);
+  TORCH_CHECK_VALUE(p_w1.size(1) == K, "predictor w1 has ", std::to_string(p_w1.size(1)),
+                    " inputs, x has ", std::to_string(K));
+  TORCH_CHECK_VALUE(p_w2_t.size(0) == R, "predictor w2_t has ",
+                    std::to_string(p_w2_t.size(0)), " rows, predictor w1 has ", std::to_string(R),
+                    " outputs");
+  TORCH_CHECK_VALUE(N == neurons, "the predictor scores ", std::to_string(N),
+                    " neurons, the FFN has ", std::to_string(neurons));
   at::Tensor b1k, b2k;
   const float* b1 = bias_data(p_b1, b1k, R, "predictor b1");
   const float* b2 = bias_data(p_b2, b2k, N, "predictor b2");
@@ -402,7 +419,7 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
     double threshold, int64_t kind) {
   check_pair(wg, "w_gate", wu, "w_up");
   check_pair(wg, "w_gate", wd_t, "w_down_t");
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", std::to_string(kind));
   const pbops::WType wt = weight_type(wg, "w_gate");
   const int64_t N = wg.size(0), K = wg.size(1);
   at::Tensor xk;
@@ -454,8 +471,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
   const pbops::WType ot = weight_type(x, "x");
   const int64_t N = w.size(0), K = w.size(1);
   TORCH_CHECK_VALUE(x.device().is_cpu(), "x must be a CPU tensor");
-  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == K, "x must be [..., ", K, "], got ",
-                    x.sizes());
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == K, "x must be [..., ",
+                    std::to_string(K), "], got ", shape_str(x.sizes()));
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
   at::Tensor y = at::empty(shape, x.options());
@@ -465,7 +482,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
   const float* xf = as_f32(x, "x", 0, xk);
   const float* b = nullptr;
   if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == N, "bias must have shape [", N, "]");
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == N, "bias must have shape [",
+                      std::to_string(N), "]");
     TORCH_CHECK_VALUE(bias->device().is_cpu(), "bias must be a CPU tensor");
     b = as_f32(*bias, "bias", 1, bk);
   }
@@ -477,8 +495,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
 void check_same(const at::Tensor& t, const at::Tensor& ref, const char* name) {
   TORCH_CHECK_VALUE(t.device().is_cpu() && t.is_contiguous(), name,
                     " must be a contiguous CPU tensor");
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, " must be ", ref.scalar_type(),
-                   " like x, got ", t.scalar_type());
+  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, " must be ",
+                   dtype_str(ref.scalar_type()), " like x, got ", dtype_str(t.scalar_type()));
 }
 
 // y = weight * T(x / sqrt(mean(x^2) + eps)) over the last dimension (HF LlamaRMSNorm).
@@ -488,7 +506,8 @@ at::Tensor rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight
   const int64_t D = x.size(-1);
   if (weight.has_value()) {
     check_same(*weight, x, "weight");
-    TORCH_CHECK_VALUE(weight->numel() == D, "weight must have ", D, " elements");
+    TORCH_CHECK_VALUE(weight->numel() == D, "weight must have ", std::to_string(D),
+                      " elements");
   }
   at::Tensor y = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return y;
@@ -501,9 +520,9 @@ at::Tensor rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight
 // y's dtype; kind as in ffn_gated (0 ReGLU, 1 dReLU, 2 SwiGLU).
 at::Tensor gated_activation(const at::Tensor& y, int64_t kind) {
   check_same(y, y, "y");
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", kind);
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 2, "unknown gated kind ", std::to_string(kind));
   TORCH_CHECK_VALUE(y.dim() >= 1 && y.size(-1) % 2 == 0,
-                    "y must be [..., 2 d_ffn] (gate, then up), got ", y.sizes());
+                    "y must be [..., 2 d_ffn] (gate, then up), got ", shape_str(y.sizes()));
   std::vector<int64_t> shape(y.sizes().begin(), y.sizes().end());
   const int64_t N = shape.back() / 2;
   shape.back() = N;
@@ -528,18 +547,22 @@ at::Tensor decode_attention(const at::Tensor& qkv, const std::optional<at::Tenso
                     "k_cache and v_cache must both be [B, n_kv_heads, max_len, head_dim]");
   const int64_t B = k_cache.size(0), KV = k_cache.size(1), L = k_cache.size(2),
                 hd = k_cache.size(3);
-  TORCH_CHECK_VALUE(n_heads >= KV && KV > 0 && n_heads % KV == 0, "n_heads (", n_heads,
-                    ") must be a multiple of the cache's ", KV, " KV heads");
+  TORCH_CHECK_VALUE(n_heads >= KV && KV > 0 && n_heads % KV == 0, "n_heads (",
+                    std::to_string(n_heads), ") must be a multiple of the cache's ",
+                    std::to_string(KV), " KV heads");
   TORCH_CHECK_VALUE(qkv.dim() == 3 && qkv.size(0) == B && qkv.size(1) == 1 &&
                         qkv.size(2) == (n_heads + 2 * KV) * hd,
-                    "qkv must be [", B, ", 1, ", (n_heads + 2 * KV) * hd, "], got ", qkv.sizes());
-  TORCH_CHECK_INDEX(pos >= 0 && pos < L, "position ", pos, " is outside the cache (", L, ")");
+                    "qkv must be [", std::to_string(B), ", 1, ",
+                    std::to_string((n_heads + 2 * KV) * hd), "], got ", shape_str(qkv.sizes()));
+  TORCH_CHECK_INDEX(pos >= 0 && pos < L, "position ", std::to_string(pos),
+                    " is outside the cache (", std::to_string(L), ")");
   TORCH_CHECK_VALUE(cos.has_value() == sin.has_value(), "give both cos and sin, or neither");
   if (cos.has_value()) {
     check_same(*cos, qkv, "cos");
     check_same(*sin, qkv, "sin");
     TORCH_CHECK_VALUE(cos->numel() == B * hd && sin->numel() == B * hd,
-                      "cos and sin must hold [", B, ", ", hd, "]");
+                      "cos and sin must hold [", std::to_string(B), ", ",
+                      std::to_string(hd), "]");
   }
   at::Tensor out = at::empty({B, 1, n_heads * hd}, qkv.options());
   pbops::decode_attention(weight_type(qkv, "qkv"), qkv.data_ptr(),
@@ -596,11 +619,13 @@ std::vector<int64_t> cpu_knobs() {
 // every knob at once, in cpu_knob_names() order
 void set_cpu_knobs(const std::vector<int64_t>& values) {
   TORCH_CHECK_VALUE(values.size() == size_t(pbops::kKnobCount), "set_cpu_knobs needs ",
-                    int(pbops::kKnobCount), " values, got ", values.size());
+                    std::to_string(int(pbops::kKnobCount)), " values, got ",
+                    std::to_string(values.size()));
   for (int k = 0; k < pbops::kKnobCount; ++k) {
     const pbops::KnobSpec& s = pbops::kKnobSpecs[k];
     TORCH_CHECK_VALUE(values[k] >= s.lo && values[k] <= s.hi, "CPU knob ", s.name, "=",
-                      values[k], " is outside [", s.lo, ", ", s.hi, "]");
+                      std::to_string(values[k]), " is outside [", std::to_string(s.lo), ", ",
+                      std::to_string(s.hi), "]");
   }
   for (int k = 0; k < pbops::kKnobCount; ++k) pbops::set_knob(pbops::kKnobSpecs[k].name, values[k]);
 }

@@ -20,6 +20,9 @@ constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
 constexpr uint64_t kClosed = kIndexMask;  // index of a closed job: nothing left to claim
 constexpr int kSpinBeforeSleep = 4000;    // the caller's wait: ~100 us of pause instructions
 constexpr int kSpinCheckEvery = 32;       // pause instructions between two clock reads
+constexpr int kIdleKept = 4;              // a helper's last sleeps that predict the next job
+
+using Clock = std::chrono::steady_clock;
 
 inline uint64_t pack(uint64_t gen, uint64_t index) { return (gen << kIndexBits) | index; }
 inline uint64_t gen_of(uint64_t s) { return s >> kIndexBits; }
@@ -102,36 +105,75 @@ class Pool {
   // 10 ms instead of 100 us made fp16 operators 1.5-3x slower (a spinning helper takes the
   // core that the cache flush, the caller or another process needs on a 2-vCPU VM), and
   // prewake showed no consistent gain: both stay off by default.
+  // A helper that sleeps costs the next job dearly on a VM: the caller's futex wake (an IPI
+  // to a halted vCPU, ~19 us) and the helper's arrival tens of us later (2026-11-26 09:00
+  // UTC, load 1.3, fp16 row 4096x16384 90%: 361 us per call, 271 us with spin_us 10000).
+  // So a sleeping helper also wakes by the clock (knob wake_ahead_us) shortly before the
+  // next job is due and spins for it. When a job is due is taken from the helper's last
+  // kIdleKept sleeps (falling asleep to the job that ended them): calls at a steady pace (a
+  // decode loop's steps, the benchmark's flushed calls, where a sparse call and the dense
+  // reference alternate, so two gaps alternate) repeat them; the helper tries each of those
+  // times in turn, earliest first, and waits for a job that came in none of them asleep.
+  // Same-process A/B (bench-operators task.variants, 09:28 UTC, load 1.0-1.2, fp16 b1
+  // 4096x16384): wake_ahead_us 200 vs 0 took row 90% from 347 to 270 us (8.6x -> 11.0x
+  // dense), 99% from 89 to 42 us, ffn_relu 90% 7.7x -> 9.7x; 1000 was no better overall.
   void helper_loop(int id, uint64_t seen) {
+    Clock::duration idle[kIdleKept] = {};  // the last sleeps' lengths (0: none yet)
+    int next = 0;
     for (;;) {
-      uint64_t gen = spin_for_job(seen);
+      uint64_t gen = spin_for_job(seen, kKnobSpinUs, 1);
       if (gen == seen) {
-        std::unique_lock<std::mutex> lock(mu_);
-        const uint64_t woken = wakes_.load(std::memory_order_relaxed);
-        cv_.wait(lock, [&] {
-          return gen_of(state_.load(std::memory_order_acquire)) != seen ||
-                 wakes_.load(std::memory_order_relaxed) != woken;
-        });
-        gen = gen_of(state_.load(std::memory_order_acquire));
-        if (gen == seen) continue;  // woken ahead of a job: spin for it
+        const Clock::time_point asleep = Clock::now();
+        gen = sleep_for_job(seen, asleep, idle);
+        if (gen == seen) continue;  // woken ahead of a job (prewake): spin for it
+        idle[next] = Clock::now() - asleep;
+        next = (next + 1) % kIdleKept;
       }
       seen = gen;
       if (id <= allowed_.load(std::memory_order_relaxed)) work(id);
     }
   }
 
-  // The generation after spinning until it differs from `seen` or spin_us passed (the knob
-  // is read at every check, so lowering it stops a helper already spinning).
-  uint64_t spin_for_job(uint64_t seen) const {
-    const auto start = std::chrono::steady_clock::now();
+  // Sleep until a job after `seen` is published (its generation) or an operator wakes the
+  // helpers (`seen`); with knob wake_ahead_us > 0, wake that long before each time
+  // `asleep + idle[i]` still ahead, earliest first, and spin up to twice as long for a job.
+  uint64_t sleep_for_job(uint64_t seen, Clock::time_point asleep,
+                         const Clock::duration (&idle)[kIdleKept]) {
+    const auto ahead = std::chrono::microseconds(knob(kKnobWakeAheadUs));
+    Clock::duration due[kIdleKept];
+    std::copy(idle, idle + kIdleKept, due);
+    std::sort(due, due + kIdleKept);
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t woken = wakes_.load(std::memory_order_relaxed);
+    const auto ready = [&] {
+      return gen_of(state_.load(std::memory_order_acquire)) != seen ||
+             wakes_.load(std::memory_order_relaxed) != woken;
+    };
+    for (int i = 0; i < kIdleKept && ahead.count() > 0; ++i) {
+      const Clock::time_point wake_at = asleep + due[i] - ahead;
+      if (due[i].count() == 0 || wake_at <= Clock::now()) continue;
+      if (cv_.wait_until(lock, wake_at, ready)) break;
+      lock.unlock();
+      const uint64_t gen = spin_for_job(seen, kKnobWakeAheadUs, 2);
+      lock.lock();
+      if (gen != seen) return gen;
+    }
+    cv_.wait(lock, ready);
+    return gen_of(state_.load(std::memory_order_acquire));
+  }
+
+  // The generation after spinning until it differs from `seen` or `factor` times the knob's
+  // us passed (the knob is read at every check, so lowering it stops a spinning helper).
+  uint64_t spin_for_job(uint64_t seen, Knob limit_us, int factor) const {
+    const auto start = Clock::now();
     for (;;) {
       for (int i = 0; i < kSpinCheckEvery; ++i) {
         const uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
         if (gen != seen) return gen;
         _mm_pause();
       }
-      const auto limit = std::chrono::microseconds(knob(kKnobSpinUs));
-      if (std::chrono::steady_clock::now() - start >= limit) return seen;
+      const auto limit = std::chrono::microseconds(knob(limit_us) * factor);
+      if (Clock::now() - start >= limit) return seen;
     }
   }
 
