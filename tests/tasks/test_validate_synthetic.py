@@ -26,6 +26,8 @@ def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model):
             "bench.warmup=0", *FAST_LOCAL]
     run_cli(argv)
     printed = capsys.readouterr().out
+    # the local profile is measured into the run's cache_dir, never the default cache
+    assert list((tmp_path / "cache" / "hardware").glob("local-*.json"))
     assert "SYNTHETIC weights: only speed is meaningful" in printed
     assert "measured on this machine" in printed  # the harness's header
     (csv,) = run_dir.glob("realsize_*.csv")  # the report, in the run's own directory
