@@ -67,9 +67,9 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
     calls = []
     real = local_mod.measure_local
 
-    def counting(c, kernels=None):
+    def counting(c, kernels=None, cache_dir=None):
         calls.append(1)
-        return real(c, kernels)
+        return real(c, kernels, cache_dir)
 
     monkeypatch.setattr(local_mod, "measure_local", counting)
     load_hardware(dataclasses.replace(cfg, remeasure=True))
