@@ -252,7 +252,7 @@ def run_stages(ctx: RunContext) -> None:
                          "(ilp, greedy, layer_offload, all_gpu, all_cpu)")
     placement = None
     if cfg.solver is not None and cfg.hardware is not None:
-        hardware = load_hardware(cfg.hardware)
+        hardware = load_hardware(cfg.hardware, cache_dir=ctx.cache)
         try:
             placement = timed(ctx, "placement", lambda: stage_placement(
                 ctx, loaded, profile, hardware, predictor_bytes))

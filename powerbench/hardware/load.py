@@ -1,19 +1,23 @@
-"""`load_hardware(cfg)`: a HardwareProfile built from a hardware config's `_target_`."""
+"""`load_hardware(cfg, cache_dir=...)`: a HardwareProfile built from a hardware config's
+`_target_`."""
 
 from __future__ import annotations
+
+import os
 
 from powerbench.build import build
 from powerbench.hardware.config import LocalHardwareConfig, StaticHardwareConfig
 from powerbench.hardware.hardware_profile import HardwareProfile
 
 
-def load_hardware(
-        cfg: HardwareProfile | StaticHardwareConfig | LocalHardwareConfig) -> HardwareProfile:
+def load_hardware(cfg: HardwareProfile | StaticHardwareConfig | LocalHardwareConfig,
+                  cache_dir: str | os.PathLike | None = None) -> HardwareProfile:
     """Build the typed config (static yaml -> `static.from_config`, `local` ->
-    `local.load_local`); a HardwareProfile passes through."""
+    `local.load_local`, cached under `cache_dir`: the run's `cache_dir` setting, None its
+    default); a HardwareProfile passes through."""
     if isinstance(cfg, HardwareProfile):
         return cfg
-    profile = build(cfg)
+    profile = build(cfg, cache_dir=cache_dir)
     if not isinstance(profile, HardwareProfile):
         raise TypeError(f"{cfg._target_} returned {type(profile).__name__}, not a HardwareProfile")
     return profile

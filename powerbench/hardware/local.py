@@ -1,8 +1,10 @@
 """The `local` hardware profile: the running machine, measured and cached.
 
-`load_local(cfg)` returns the cached profile from `<cache_dir>/hardware/local.json` (the
-default microbenchmark settings; other settings: `local-<hash of them>.json`, so a quick
-measurement never replaces the real one) when its checksum is intact, its machine
+`load_local(cfg, cache_dir=...)` returns the cached profile from
+`<cache_dir>/hardware/local.json` (the run's `cache_dir`, as the rest of the pipeline uses
+it; None: `powerbench.paths.cache_dir()`'s default) for the default microbenchmark settings;
+other settings: `local-<hash of them>.json`, so a quick measurement never replaces the real
+one when its checksum is intact, its machine
 fingerprint matches this machine and it was measured with these settings; otherwise (or
 with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
 (a few seconds) and stores the result with the date and fingerprint.
@@ -44,7 +46,7 @@ from powerbench.hardware.hardware_profile import (
 )
 from powerbench.hardware.storage import measure_storage
 from powerbench.load_window import LoadWindow
-from powerbench.paths import cache_dir
+from powerbench.paths import cache_dir as resolve_cache_dir
 
 KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
 
@@ -83,9 +85,11 @@ def _thread_counts(cfg: LocalHardwareConfig, ncpu: int) -> list[int]:
 
 # ---- measurement --------------------------------------------------------------------------
 def measure_local(cfg: LocalHardwareConfig | None = None,
-                  measure_kernels: KernelMeasure | None = None) -> HardwareProfile:
+                  measure_kernels: KernelMeasure | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> HardwareProfile:
     """Run the microbenchmarks now (no cache); `measure_kernels(cfg, cpus)`: the engine
-    kernels' rates too (see the module docstring)."""
+    kernels' rates too (see the module docstring); `cache_dir`: where the storage test's
+    scratch file goes unless `storage_dir` is set."""
     c = cfg if cfg is not None else LocalHardwareConfig()
     t0 = time.perf_counter()
     facts = machine_facts()
@@ -117,7 +121,7 @@ def measure_local(cfg: LocalHardwareConfig | None = None,
         gemv_flops=gemv, kernels=kernels,
     )}
     if c.storage:
-        memories["flash"] = storage_tier(c)
+        memories["flash"] = storage_tier(c, cache_dir)
     accelerator, link = None, None
     sync_s, launch_s = thread_sync, dispatch
     meta: dict[str, Any] = {"hostname": socket.gethostname(), "facts": facts}
@@ -149,10 +153,13 @@ def measure_local(cfg: LocalHardwareConfig | None = None,
     )
 
 
-def storage_tier(c: LocalHardwareConfig) -> MemoryTier:
-    """The disk under `storage_dir` as tier `flash` (kind ssd, or hdd if it spins): the
-    best 512 KB random-read bandwidth as effective, every point in `extra`."""
-    directory = Path(c.storage_dir) if c.storage_dir else cache_dir() / "hardware"
+def storage_tier(c: LocalHardwareConfig,
+                 cache_dir: str | os.PathLike | None = None) -> MemoryTier:
+    """The disk under `storage_dir` (default: <cache_dir>/hardware) as tier `flash` (kind
+    ssd, or hdd if it spins): the best 512 KB random-read bandwidth as effective, every
+    point in `extra`."""
+    directory = (Path(c.storage_dir) if c.storage_dir
+                 else resolve_cache_dir(cache_dir) / "hardware")
     st = measure_storage(directory, file_mb=c.storage_mb,
                          queue_depths=tuple(c.storage_queue_depths), seconds=c.storage_seconds)
     disk = shutil.disk_usage(directory)
@@ -174,25 +181,29 @@ def measurement_settings(c: LocalHardwareConfig) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in NOT_MEASURED}
 
 
-def _cache(c: LocalHardwareConfig) -> tuple[ArtifactCache, str]:
+def _cache(c: LocalHardwareConfig,
+           cache_dir: str | os.PathLike | None = None) -> tuple[ArtifactCache, str]:
     """(cache, key): `cache_file` when given; else <cache_dir>/hardware/local.json for the
     default settings and local-<hash of the settings>.json for any other (a quick
-    measurement never takes the place of the real one)."""
+    measurement never takes the place of the real one). `cache_dir` None: the default
+    (`powerbench.paths.cache_dir`)."""
     if c.cache_file:
         path = Path(c.cache_file)
         return ArtifactCache(path.parent, suffix=path.suffix), path.stem
     settings = measurement_settings(c)
     key = ("local" if settings == measurement_settings(LocalHardwareConfig())
            else f"local-{stable_hash(settings)}")
-    return ArtifactCache(cache_dir() / "hardware", suffix=".json"), key
+    return ArtifactCache(resolve_cache_dir(cache_dir) / "hardware", suffix=".json"), key
 
 
 def load_local(cfg: LocalHardwareConfig | None = None,
-               measure_kernels: KernelMeasure | None = None, **_: Any) -> HardwareProfile:
-    """Cached profile or a fresh measurement (with the engine kernels when
-    `measure_kernels` is given: a cached profile without them is measured again)."""
+               measure_kernels: KernelMeasure | None = None,
+               cache_dir: str | os.PathLike | None = None, **_: Any) -> HardwareProfile:
+    """Cached profile (under the run's `cache_dir`) or a fresh measurement (with the
+    engine kernels when `measure_kernels` is given: a cached profile without them is
+    measured again)."""
     c = cfg if cfg is not None else LocalHardwareConfig()
-    cache, key = _cache(c)
+    cache, key = _cache(c, cache_dir)
     current = fingerprint()
     if not c.remeasure and cache.valid(key):
         try:
@@ -216,7 +227,7 @@ def load_local(cfg: LocalHardwareConfig | None = None,
                 log.info("hardware: cached local profile is for another machine; remeasuring")
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
-    profile = measure_local(c, measure_kernels)
+    profile = measure_local(c, measure_kernels, cache_dir)
     record = {"date": profile.measured_at, "fingerprint": profile.fingerprint,
               "settings": measurement_settings(c), "profile": profile.to_dict()}
     cache.store(key, lambda p: p.write_text(json.dumps(record, indent=1)),

@@ -34,6 +34,7 @@ the placed weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_ra
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -136,7 +137,9 @@ def measure_kernels(cfg: LocalHardwareConfig, cpus: int) -> tuple[KernelRates, .
     return tuple(median_kernel(list(entry)) for entry in zip(*rounds, strict=True))
 
 
-def load_local(cfg: LocalHardwareConfig | None = None, **_: Any) -> HardwareProfile:
-    """The `_target_` of conf/hardware/local.yaml: the cached `local` profile with the
-    engine kernels' rates (measured now if the cache lacks them)."""
-    return load_measured(cfg, measure_kernels=measure_kernels)
+def load_local(cfg: LocalHardwareConfig | None = None,
+               cache_dir: str | os.PathLike | None = None, **_: Any) -> HardwareProfile:
+    """The `_target_` of conf/hardware/local.yaml: the cached `local` profile (under
+    `cache_dir`, the run's) with the engine kernels' rates (measured now if the cache lacks
+    them)."""
+    return load_measured(cfg, measure_kernels=measure_kernels, cache_dir=cache_dir)

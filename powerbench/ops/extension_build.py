@@ -119,14 +119,18 @@ def find_nvcc() -> str | None:
 
 
 def nvcc_compile_only(
-    out_dir: Path, archs: Sequence[str] = CUDA_ARCHS, nvcc: str | None = None
+    out_dir: Path, archs: Sequence[str] = CUDA_ARCHS, nvcc: str | None = None,
+    optimize: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """``nvcc -c`` the plain-CUDA kernel files for ``archs`` (no torch headers needed)."""
+    """``nvcc -c`` the plain-CUDA kernel files for ``archs`` (no torch headers needed);
+    ``optimize=False``: host, NVVM and ptxas at -O0 (every kernel still parsed, lowered to
+    PTX and assembled for each arch, in seconds: the optimiser takes most of the time)."""
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, "-c", "-O3", "-std=c++17", "-Xcompiler", "-Wall", "--threads",
+    opt = ["-O3"] if optimize else ["-O0", "-Xcicc", "-O0", "-Xptxas", "-O0"]
+    cmd = [nvcc, "-c", *opt, "-std=c++17", "-Xcompiler", "-Wall", "--threads",
            str(os.cpu_count() or 1), *gencode_flags(archs)]
     result: subprocess.CompletedProcess[str] | None = None
     for src in CUDA_KERNEL_SOURCES:

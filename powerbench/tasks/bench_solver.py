@@ -133,7 +133,7 @@ def measure_solver(cfg: PowerbenchConfig) -> Report:
         raise ValueError("bench-solver needs hardware=<profile> and solver=<solver> "
                          "(conf/task/bench_solver.yaml sets both)")
     spec = spec_from_config(cfg.model)
-    hw = load_hardware(cfg.hardware)
+    hw = load_hardware(cfg.hardware, cache_dir=cfg.cache_dir)
     dtype = pick_dtype(spec, hw, cfg.solver.context or spec.max_positions)
     row = run_one(spec, synthetic_profile(spec), hw, dtype, cfg.solver)
     print(f"{spec.name:16s} {hw.name:8s} {dtype:4s} {cfg.solver.name:6s} "

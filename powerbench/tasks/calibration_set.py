@@ -130,7 +130,7 @@ def prepare(jobs: list[Job]) -> None:
         sized = None if cfg.predictor is None else once(
             "pred" + pred_key, size_predictors, cfg.predictor, spec, profile,
             quality_from_config(cfg.simulator))
-        hardware = load_hardware(cfg.hardware)
+        hardware = load_hardware(cfg.hardware, cache_dir=cfg.cache_dir)
         context = cfg.solver.context or cfg.bench.prompt_tokens + cfg.bench.new_tokens
         solve_key = f"solve{pred_key}|{_key(p, 'solver.', 'hardware.')}|{context}"
         placement = once(solve_key, _solve, cfg, spec, profile, hardware, context,

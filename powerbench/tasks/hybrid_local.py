@@ -60,7 +60,8 @@ def hybrid_local(task: HybridLocalTask, cfg: PowerbenchConfig, out_dir: Path) ->
 def measure(task: HybridLocalTask, cfg: PowerbenchConfig) -> Report:
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
-    hardware = cap_gpu(load_hardware(cfg.hardware), task.gpu_budget_mb * 1e6)
+    hardware = cap_gpu(load_hardware(cfg.hardware, cache_dir=cfg.cache_dir),
+                       task.gpu_budget_mb * 1e6)
     dtype = cfg.engine.dtype or "fp16"
     placement = solve(cfg.solver, loaded.spec, profile, hardware, weight_dtype=dtype)
     predictors = (build_predictors(cfg.predictor, loaded, profile, cache)

@@ -75,7 +75,7 @@ def simulate_systems(task: TourTask, cfg: PowerbenchConfig) -> list[SimulatedSys
         spec = spec_from_config(sys_cfg.model)
         profile = synthetic_profile(spec, trace_tokens=sys_cfg.profiling.trace_tokens,
                                     seed=sys_cfg.seed)
-        hardware = load_hardware(sys_cfg.hardware)
+        hardware = load_hardware(sys_cfg.hardware, cache_dir=cfg.cache_dir)
         predictors = (size_predictors(sys_cfg.predictor, spec, profile,
                                       quality_from_config(sys_cfg.simulator))
                       if sys_cfg.predictor is not None else None)

@@ -231,7 +231,7 @@ def measure_model(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     """The experiment's model (trained weights) in our engines vs their twins."""
     inputs = model_inputs(cfg)
     cache, loaded, split, profile = inputs.cache, inputs.loaded, inputs.split, inputs.profile
-    local = load_hardware(cfg.hardware)
+    local = load_hardware(cfg.hardware, cache_dir=cfg.cache_dir)
     dtype = TORCH_DTYPES[WeightDType(cfg.model.dtype).value]
     bench = cfg.bench
 

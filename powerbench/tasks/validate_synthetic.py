@@ -92,7 +92,7 @@ def measure_synthetic(task: ValidateTask, cfg: PowerbenchConfig) -> Report:
     from powerbench.engine.synthetic import kept_profile
 
     profile = kept_profile(trace, spec)
-    local = load_hardware(cfg.hardware)
+    local = load_hardware(cfg.hardware, cache_dir=cfg.cache_dir)
     placement = solve(cfg.solver, spec, profile, local, weight_dtype=task.dtype)
     decoders = build_decoders(weights, trace, list(task.engines))
     oracle = SimpleNamespace(param_count=0)  # replayed sets: exact, no predictor weights

@@ -21,13 +21,14 @@ QUICK = dict(mem_mb=32, gemv_dim=512, gemm_dim=128, repeats=2, threads=[1, 2],
 
 @pytest.fixture
 def cfg(tmp_path):
-    return LocalHardwareConfig(cache_file=str(tmp_path / "hardware" / "local.json"), **QUICK)
+    return LocalHardwareConfig(cache_file=str(tmp_path / "hardware" / "local.json"),
+                               storage_dir=str(tmp_path), **QUICK)  # scratch file: tmp too
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     path = tmp_path_factory.mktemp("hw") / "local.json"
-    cfg = LocalHardwareConfig(cache_file=str(path), **QUICK)
+    cfg = LocalHardwareConfig(cache_file=str(path), storage_dir=str(path.parent), **QUICK)
     return load_hardware(cfg), path
 
 
@@ -58,7 +59,8 @@ def test_cache_records_date_and_fingerprint_and_is_reused(measured, monkeypatch)
     datetime.fromisoformat(record["date"])
     monkeypatch.setattr(local_mod, "measure_local",
                         lambda *_: pytest.fail("cached profile should be reused"))
-    again = load_hardware(LocalHardwareConfig(cache_file=str(path), **QUICK))
+    again = load_hardware(LocalHardwareConfig(cache_file=str(path), storage_dir=str(path.parent),
+                                                **QUICK))
     assert again == hw
 
 
@@ -67,9 +69,9 @@ def test_remeasure_on_request_other_machine_or_corruption(cfg, monkeypatch):
     calls = []
     real = local_mod.measure_local
 
-    def counting(c, kernels=None):
+    def counting(c, kernels=None, cache_dir=None):
         calls.append(1)
-        return real(c, kernels)
+        return real(c, kernels, cache_dir)
 
     monkeypatch.setattr(local_mod, "measure_local", counting)
     load_hardware(dataclasses.replace(cfg, remeasure=True))

@@ -14,18 +14,27 @@ TINY = ["spec.d_model=64", "spec.d_ffn=256", "spec.n_heads=4", "spec.n_kv_heads=
 SHAPE = [f"task.synthetic_model.{o}" for o in TINY]  # the composed model's keys
 FAST_LOCAL = ["hardware.mem_mb=32", "hardware.gemv_dim=512", "hardware.gemm_dim=128",
               "hardware.repeats=2", "hardware.sync_iters=200", "hardware.storage=false",
-              "hardware.kernel_samples=2", "hardware.kernel_sample_window_s=0"]
+              "hardware.kernel_samples=2", "hardware.kernel_sample_window_s=0",
+              "hardware.kernel_working_set_mb=64", "hardware.kernel_repeats=3"]
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One cache_dir for both models' runs: the local profile is measured once, into it."""
+    return tmp_path_factory.mktemp("validate_cache")
 
 
 @pytest.mark.parametrize("model", ["opt_6_7b", "llama_reglu_7b"])
-def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model):
+def test_validate_synthetic_end_to_end(run_cli, tmp_path, capsys, model, shared_cache):
     run_dir = tmp_path / "run"
-    argv = ["validate", f"model@task.synthetic_model={model}", *SHAPE,
+    argv = ["validate", f"model@task.synthetic_model={model}", *SHAPE, f"cache_dir={shared_cache}",
             "task.layers=2", "task.dtype=fp32", "task.rounds=2", f"hydra.run.dir={run_dir}",
             "bench.prompt_tokens=4", "bench.new_tokens=4", "bench.repeats=1",
             "bench.warmup=0", *FAST_LOCAL]
     run_cli(argv)
     printed = capsys.readouterr().out
+    # the local profile is measured into (or read from) the run's cache_dir
+    assert list((shared_cache / "hardware").glob("local-*.json"))
     assert "SYNTHETIC weights: only speed is meaningful" in printed
     assert "measured on this machine" in printed  # the harness's header
     (csv,) = run_dir.glob("realsize_*.csv")  # the report, in the run's own directory
