@@ -52,6 +52,8 @@ Drawn parts (seeded, `numpy.random.default_rng(seed)`):
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from dataclasses import asdict
 
 import numpy as np
@@ -112,9 +114,28 @@ def _token_active(p_cond: np.ndarray, n_tokens: int, n_experts: int, k: int,
     return (np.clip(active, 0, p_cond.size) / p_cond.size).astype(np.float32)
 
 
+_MEMO_SIZE = 4  # profiles kept per process (OPT-175B's is ~190 MB with its trace)
+_memo: OrderedDict[tuple, ActivationProfile] = OrderedDict()
+
+
 def synthetic_profile(spec: ModelSpec, trace_tokens: int = 256, seed: int = 0,
                       n_tokens: int = 100_000) -> ActivationProfile:
-    """A profile (source="synthetic") fitted to `spec.stats`; see the module docstring."""
+    """A profile (source="synthetic") fitted to `spec.stats`; see the module docstring.
+
+    Deterministic in its inputs, so memoised per process (the jobs of one sweep process
+    share a model): each call returns its own deep copy, which the caller may change."""
+    key = (spec, trace_tokens, seed, n_tokens)  # ModelSpec is frozen; `extra` is unused
+    if key in _memo:
+        _memo.move_to_end(key)
+    else:
+        _memo[key] = _draw_profile(spec, trace_tokens, seed, n_tokens)
+        if len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return copy.deepcopy(_memo[key])
+
+
+def _draw_profile(spec: ModelSpec, trace_tokens: int, seed: int,
+                  n_tokens: int) -> ActivationProfile:
     targets = SyntheticTargets.from_spec(spec)
     n_experts = max(spec.n_experts, 1)
     k = min(max(spec.experts_per_token, 1), n_experts) if n_experts > 1 else 1
