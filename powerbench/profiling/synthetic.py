@@ -53,8 +53,7 @@ Drawn parts (seeded, `numpy.random.default_rng(seed)`):
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -114,24 +113,33 @@ def _token_active(p_cond: np.ndarray, n_tokens: int, n_experts: int, k: int,
     return (np.clip(active, 0, p_cond.size) / p_cond.size).astype(np.float32)
 
 
-_MEMO_SIZE = 4  # profiles kept per process (OPT-175B's is ~190 MB with its trace)
-_memo: OrderedDict[tuple, ActivationProfile] = OrderedDict()
+_last: dict[tuple, ActivationProfile] = {}  # the last profile drawn, its arrays read-only
 
 
 def synthetic_profile(spec: ModelSpec, trace_tokens: int = 256, seed: int = 0,
                       n_tokens: int = 100_000) -> ActivationProfile:
     """A profile (source="synthetic") fitted to `spec.stats`; see the module docstring.
 
-    Deterministic in its inputs, so memoised per process (the jobs of one sweep process
-    share a model): each call returns its own deep copy, which the caller may change."""
+    Deterministic in its inputs, so the last one drawn is kept for the next call with the
+    same inputs (the jobs of one sweep process share a model). Each call gets its own
+    profile, layer and meta objects over shared READ-ONLY arrays: a caller may replace
+    anything, but cannot change another caller's numbers in place. Only one profile is
+    kept, dropped before the next is drawn, so memory peaks as without the memo."""
     key = (spec, trace_tokens, seed, n_tokens)  # ModelSpec is frozen; `extra` is unused
-    if key in _memo:
-        _memo.move_to_end(key)
-    else:
-        _memo[key] = _draw_profile(spec, trace_tokens, seed, n_tokens)
-        if len(_memo) > _MEMO_SIZE:
-            _memo.popitem(last=False)
-    return copy.deepcopy(_memo[key])
+    if key not in _last:
+        _last.clear()
+        _last[key] = _read_only(_draw_profile(spec, trace_tokens, seed, n_tokens))
+    kept = _last[key]
+    return replace(kept, layers=[replace(layer) for layer in kept.layers],
+                   meta=copy.deepcopy(kept.meta))
+
+
+def _read_only(profile: ActivationProfile) -> ActivationProfile:
+    for layer in profile.layers:
+        for array in (layer.counts, layer.token_active, layer.trace):
+            if array is not None:
+                array.flags.writeable = False
+    return profile
 
 
 def _draw_profile(spec: ModelSpec, trace_tokens: int, seed: int,
