@@ -52,7 +52,8 @@ Drawn parts (seeded, `numpy.random.default_rng(seed)`):
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import copy
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -112,9 +113,37 @@ def _token_active(p_cond: np.ndarray, n_tokens: int, n_experts: int, k: int,
     return (np.clip(active, 0, p_cond.size) / p_cond.size).astype(np.float32)
 
 
+_last: dict[tuple, ActivationProfile] = {}  # the last profile drawn, its arrays read-only
+
+
 def synthetic_profile(spec: ModelSpec, trace_tokens: int = 256, seed: int = 0,
                       n_tokens: int = 100_000) -> ActivationProfile:
-    """A profile (source="synthetic") fitted to `spec.stats`; see the module docstring."""
+    """A profile (source="synthetic") fitted to `spec.stats`; see the module docstring.
+
+    Deterministic in its inputs, so the last one drawn is kept for the next call with the
+    same inputs (the jobs of one sweep process share a model). Each call gets its own
+    profile, layer and meta objects over shared READ-ONLY arrays: a caller may replace
+    anything, but cannot change another caller's numbers in place. Only one profile is
+    kept, dropped before the next is drawn, so memory peaks as without the memo."""
+    key = (spec, trace_tokens, seed, n_tokens)  # ModelSpec is frozen; `extra` is unused
+    if key not in _last:
+        _last.clear()
+        _last[key] = _read_only(_draw_profile(spec, trace_tokens, seed, n_tokens))
+    kept = _last[key]
+    return replace(kept, layers=[replace(layer) for layer in kept.layers],
+                   meta=copy.deepcopy(kept.meta))
+
+
+def _read_only(profile: ActivationProfile) -> ActivationProfile:
+    for layer in profile.layers:
+        for array in (layer.counts, layer.token_active, layer.trace):
+            if array is not None:
+                array.flags.writeable = False
+    return profile
+
+
+def _draw_profile(spec: ModelSpec, trace_tokens: int, seed: int,
+                  n_tokens: int) -> ActivationProfile:
     targets = SyntheticTargets.from_spec(spec)
     n_experts = max(spec.n_experts, 1)
     k = min(max(spec.experts_per_token, 1), n_experts) if n_experts > 1 else 1

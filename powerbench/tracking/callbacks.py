@@ -10,6 +10,7 @@ by powerbench.cli). Each job start logs the sweep's progress with the time left.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -30,18 +31,22 @@ _active: MlflowSweepCallback | None = None  # the sweep running in this process
 
 
 def sweep_size(overrides: list[str], sweeper_params: dict[str, str] | None) -> int | None:
-    """Jobs of a grid sweep (the product of each swept key's values); None if unknown."""
+    """Jobs of a grid sweep: the product of each key's number of values, where a command
+    line override replaces the sweeper's `params` entry for the same key (as Hydra's basic
+    sweeper does: `experiment=fig13 model=opt_66b` runs one model, not the experiment's
+    list). None for an interval or custom sweep."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    lines = [*overrides, *(f"{k}={v}" for k, v in (sweeper_params or {}).items())]
-    total = 1
+    lines = [*(f"{k}={v}" for k, v in (sweeper_params or {}).items()), *overrides]
+    values: dict[str, int] = {}
     try:
         for override in OverridesParser.create().parse_overrides(lines):
-            if override.is_sweep_override():
-                total *= len(list(override.sweep_string_iterator()))
+            values[override.get_key_element()] = (
+                len(list(override.sweep_string_iterator())) if override.is_sweep_override()
+                else 1)
     except Exception:  # noqa: BLE001 - an interval or custom sweep: no count
         return None
-    return total
+    return math.prod(values.values())
 
 
 def end_interrupted_sweep(status: str = "KILLED") -> None:

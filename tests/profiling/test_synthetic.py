@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from powerbench.profiling.synthetic import synthetic_profile
+from powerbench.profiling.synthetic import _draw_profile, synthetic_profile
 from powerbench.profiling.synthetic_fit import (
     SKEW_ANCHORS,
     SyntheticTargets,
@@ -69,17 +70,45 @@ def test_hot_neurons_are_shuffled_and_traces_follow_counts(opt30b):
     assert layer.trace_masks().shape == (256, n)
 
 
-def test_deterministic_for_a_seed(load_spec):
-    spec = load_spec("opt_13b")
-    a = synthetic_profile(spec, trace_tokens=32, seed=3, n_tokens=5000)
-    b = synthetic_profile(spec, trace_tokens=32, seed=3, n_tokens=5000)
-    c = synthetic_profile(spec, trace_tokens=32, seed=4, n_tokens=5000)
-    for la, lb, lc in zip(a.layers, b.layers, c.layers, strict=True):
+def _assert_same(a, b):
+    assert a.meta == b.meta and a.n_tokens == b.n_tokens and len(a.layers) == len(b.layers)
+    for la, lb in zip(a.layers, b.layers, strict=True):
         np.testing.assert_array_equal(la.counts, lb.counts)
         np.testing.assert_array_equal(la.token_active, lb.token_active)
         np.testing.assert_array_equal(la.trace, lb.trace)
+
+
+def test_deterministic_for_a_seed(load_spec):
+    spec = load_spec("opt_13b")
+    a = synthetic_profile(spec, trace_tokens=32, seed=3, n_tokens=5000)
+    b = _draw_profile(spec, trace_tokens=32, seed=3, n_tokens=5000)  # fresh, not memoised
+    c = synthetic_profile(spec, trace_tokens=32, seed=4, n_tokens=5000)
+    _assert_same(a, b)
+    for la, lc in zip(a.layers, c.layers, strict=True):
         assert not np.array_equal(la.trace, lc.trace)
-    assert a.meta == b.meta
+
+
+def test_memo_hands_out_copies_keyed_by_every_input(load_spec):
+    """A second call with the same inputs is the kept profile, but a caller that changes
+    its own cannot change what the next caller gets; any input change redraws."""
+    spec = load_spec("opt_13b")
+    first = synthetic_profile(spec, trace_tokens=16, seed=5, n_tokens=4000)
+    with pytest.raises(ValueError, match="read-only"):
+        first.layers[0].counts[:] = -1
+    with pytest.raises(ValueError, match="read-only"):
+        first.layers[0].trace[0] = 0
+    first.layers[0].counts = first.layers[0].counts * 0
+    first.meta["seed"] = 99
+    first.layers.pop()
+    again = synthetic_profile(spec, trace_tokens=16, seed=5, n_tokens=4000)
+    _assert_same(again, _draw_profile(spec, trace_tokens=16, seed=5, n_tokens=4000))
+    assert synthetic_profile(spec, trace_tokens=8, seed=5, n_tokens=4000).trace_tokens == 8
+    assert synthetic_profile(spec, trace_tokens=16, seed=5, n_tokens=2000).n_tokens == 2000
+    other_seed = synthetic_profile(spec, trace_tokens=16, seed=6, n_tokens=4000)
+    assert not np.array_equal(other_seed.layers[0].counts, again.layers[0].counts)
+    denser = replace(spec, stats=replace(spec.stats, token_sparsity=0.5))
+    assert abs(synthetic_profile(denser, trace_tokens=16, seed=5, n_tokens=4000).sparsity
+               - 0.5) < 0.01
 
 
 def test_moe_only_routed_experts_fire(load_spec):
@@ -112,7 +141,7 @@ def test_every_shape_model_fits(load_spec, shape_model_names):
 def test_opt175b_builds_fast(load_spec):
     spec = load_spec("opt_175b")
     start = time.perf_counter()
-    profile = synthetic_profile(spec, trace_tokens=256, seed=0)
+    profile = _draw_profile(spec, trace_tokens=256, seed=0, n_tokens=100_000)  # not memoised
     elapsed = time.perf_counter() - start
     assert elapsed < 10.0
     assert profile.n_layers == 96 and profile.layers[0].trace.shape == (256, 49152 // 8)
