@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from powerbench.progress import Progress
-from powerbench.tracking.naming import SWEPT_ENV, publish_swept_keys, swept_keys
+from powerbench.tracking.naming import SWEPT_ENV, publish_swept_keys, sweep_overrides, swept_keys
 from powerbench.tracking.queue import QUEUE_TAG, RunRecord
 from powerbench.tracking.tracker import PARENT_QUEUE_ENV, PARENT_RUN_ENV, Tracker
 
@@ -31,22 +31,14 @@ _active: MlflowSweepCallback | None = None  # the sweep running in this process
 
 
 def sweep_size(overrides: list[str], sweeper_params: dict[str, str] | None) -> int | None:
-    """Jobs of a grid sweep: the product of each key's number of values, where a command
-    line override replaces the sweeper's `params` entry for the same key (as Hydra's basic
-    sweeper does: `experiment=fig13 model=opt_66b` runs one model, not the experiment's
-    list). None for an interval or custom sweep."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    lines = [*(f"{k}={v}" for k, v in (sweeper_params or {}).items()), *overrides]
-    values: dict[str, int] = {}
+    """Jobs of a grid sweep: the product of each key's number of values (the overrides each
+    key ends with: `sweep_overrides`). None for an interval or custom sweep."""
     try:
-        for override in OverridesParser.create().parse_overrides(lines):
-            values[override.get_key_element()] = (
-                len(list(override.sweep_string_iterator())) if override.is_sweep_override()
-                else 1)
+        return math.prod(
+            len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+            for o in sweep_overrides(overrides, sweeper_params).values())
     except Exception:  # noqa: BLE001 - an interval or custom sweep: no count
         return None
-    return math.prod(values.values())
 
 
 def end_interrupted_sweep(status: str = "KILLED") -> None:

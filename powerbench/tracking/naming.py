@@ -11,20 +11,30 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 SWEPT_ENV = "POWERBENCH_SWEPT_KEYS"
 NOT_IN_NAME = ("tracking", "task")  # where a run is logged, and the task: not what it ran
 
 
+def sweep_overrides(overrides: Iterable[str], sweeper_params: Mapping[str, str] | None = None
+                    ) -> dict[str, Any]:
+    """The override each key of a multirun ends with, by key: the sweeper's `params` first,
+    then the command line, a later override replacing an earlier one for the same key (as
+    Hydra's basic sweeper does: `experiment=fig13 model=opt_66b` runs one model)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [*(f"{k}={v}" for k, v in (sweeper_params or {}).items()), *overrides]
+    return {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
+
+
 def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, str] | None = None
                ) -> list[str]:
     """Keys that take several values in a multirun: from the command line overrides
-    (`bench.new_tokens=8,16`, `range(...)`, `choice(...)`) and the sweeper's `params`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    lines = [*overrides, *(f"{k}={v}" for k, v in (sweeper_params or {}).items())]
-    parsed = OverridesParser.create().parse_overrides(lines)
-    return list(dict.fromkeys(o.key_or_group for o in parsed if o.is_sweep_override()))
+    (`bench.new_tokens=8,16`, `range(...)`, `choice(...)`) and the sweeper's `params`, a key
+    that the command line fixes to one value left out."""
+    return [o.key_or_group for o in sweep_overrides(overrides, sweeper_params).values()
+            if o.is_sweep_override()]
 
 
 def publish_swept_keys(keys: list[str]) -> None:
