@@ -1,12 +1,12 @@
 """The `local` hardware profile: the running machine, measured and cached.
 
-`load_local(cfg, cache_dir=...)` returns the cached profile from
-`<cache_dir>/hardware/local.json` (the run's `cache_dir`, as the rest of the pipeline uses
-it; None: `powerbench.paths.cache_dir()`'s default) for the default microbenchmark settings;
-other settings: `local-<hash of them>.json`, so a quick measurement never replaces the real
-one when its checksum is intact, its machine
-fingerprint matches this machine and it was measured with these settings; otherwise (or
-with `remeasure: true`) it runs the microbenchmarks of `powerbench.hardware.microbench`
+`load_local(cfg, cache_dir=...)` returns the cached profile from `<cache_dir>/hardware/`
+(the run's `cache_dir`, as the rest of the pipeline uses it; None: the default of
+`powerbench.paths.cache_dir()`) when its checksum is intact, its machine fingerprint
+matches this machine and it was measured with these settings. The file is `local.json`
+for the default microbenchmark settings and `local-<hash of them>.json` for any other, so
+a quick measurement never replaces the real one. Otherwise (or with `remeasure: true`) it
+runs the microbenchmarks of `powerbench.hardware.microbench`
 (a few seconds) and stores the result with the date and fingerprint.
 
 `measure_kernels` (given by the `local` schema's target,

@@ -62,8 +62,43 @@ SHOWN = ("engine", "hardware_variant", "measured_decode_tokens_per_s",
          "sim_decode_tokens_per_s", "sim_error_pct", "sim_error_paired_pct",
          "cpu_bw_spread_pct", "measured_prefill_tokens_per_s", "sim_prefill_tokens_per_s",
          "sim_prefill_error_pct", "cpu_gflops_spread_pct", "sim_end_to_end_error_pct")
-# the rates whose sampled spread a row carries: (column prefix, KernelRates field, scale)
-SPREAD = (("cpu_bw", "stream_bw", 1e9, "_gb_s"), ("cpu_gflops", "gemm_flops", 1e9, ""))
+
+
+class Cell(NamedTuple):
+    """One phase's cell of a report row: its error, the error of each round against the
+    calibrations beside it, and the rate the twin was charged for it (column `prefix` +
+    `suffix`, from the KernelRates `field` in GB/s or GFLOP/s: `unit`), with that rate's
+    sampled range and spread."""
+
+    phase: str
+    error: str
+    paired: str
+    prefix: str
+    suffix: str
+    field: str
+    unit: str
+
+    @property
+    def rate(self) -> str:
+        return f"{self.prefix}{self.suffix}"
+
+    @property
+    def low(self) -> str:
+        return f"{self.prefix}_min{self.suffix}"
+
+    @property
+    def high(self) -> str:
+        return f"{self.prefix}_max{self.suffix}"
+
+    @property
+    def spread(self) -> str:
+        return f"{self.prefix}_spread_pct"
+
+
+CELLS = (Cell("decode", "sim_error_pct", "sim_error_paired_pct", "cpu_bw", "_gb_s",
+              "stream_bw", "GB/s"),
+         Cell("prefill", "sim_prefill_error_pct", "sim_prefill_error_paired_pct", "cpu_gflops",
+              "", "gemm_flops", "GFLOP/s"))
 
 
 def sample_spread(samples: list[float] | None, prefix: str, scale: float,
@@ -108,32 +143,12 @@ def validation_row(v: EngineValidation, context: dict[str, Any], dtype: str,
             "cpu_gflops": (kernel.gemm_flops if kernel else hw.cpu.effective_flops or 0) / 1e9,
             "cpu_attention_gflops": (kernel.attention_flops if kernel
                                      else hw.cpu.effective_attention_flops or 0) / 1e9,
-            **{k: v for prefix, rate, scale, unit in SPREAD for k, v in sample_spread(
-                kernel.samples.get(rate) if kernel else None, prefix, scale, unit).items()}}
+            **{k: v for c in CELLS for k, v in sample_spread(
+                kernel.samples.get(c.field) if kernel else None, c.prefix, 1e9,
+                c.suffix).items()}}
 
 
 TOLERANCE_PCT = 15.0  # the cached profile's goal: within this of the measured median
-
-
-class Cell(NamedTuple):
-    """The columns of one phase's cell: its error, the rate the twin was charged for it
-    (unit), that rate's sampled range and spread, and the error of each round against the
-    calibrations beside it."""
-
-    error: str
-    rate: str
-    unit: str
-    phase: str
-    low: str
-    high: str
-    spread: str
-    paired: str
-
-
-CELLS = (Cell("sim_error_pct", "cpu_bw_gb_s", "GB/s", "decode", "cpu_bw_min_gb_s",
-              "cpu_bw_max_gb_s", "cpu_bw_spread_pct", "sim_error_paired_pct"),
-         Cell("sim_prefill_error_pct", "cpu_gflops", "GFLOP/s", "prefill", "cpu_gflops_min",
-              "cpu_gflops_max", "cpu_gflops_spread_pct", "sim_prefill_error_paired_pct"))
 
 
 def _then_and_now(profile: dict[str, Any], now: dict[str, Any], c: Cell) -> str:
