@@ -2,8 +2,9 @@
 ``$POWERBENCH_CPU_ISA`` (``avx512_bf16`` | ``avx512`` | ``avx2`` | ``portable``; unset,
 empty or ``auto``: the best). ``avx512_bf16`` is the AVX-512 path with the bf16 dot product
 (``vdpbf16ps``) for bf16 weights at batch > 1; ``avx512`` on such a CPU is its
-convert-and-FMA fallback. The C++ extension holds all four paths (``csrc/cpu_isa.h``) and reports which
-this CPU can run; this module only decides, so the rule is testable without a build.
+convert-and-FMA fallback. The C++ extension holds all four paths (``csrc/cpu_isa.h``) and
+reports which this CPU can run; this module only decides, so the rule is testable without
+a build.
 """
 
 from __future__ import annotations
