@@ -76,10 +76,13 @@ def parallel_targets(task: ReproduceTask, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // max(1, task.n_jobs))
 
 
-def machine() -> str:
+def machine(parallel: int = 1) -> str:
+    """The report's machine line; it says when targets ran side by side (their wall times
+    then overlap)."""
     from powerbench.tracking.provenance import machine_tags
 
-    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}"
+    together = f", simulated targets {parallel} at a time" if parallel > 1 else ""
+    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}{together}"
 
 
 def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
@@ -113,7 +116,9 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
                   flush=True)
     shown = targets if task.report_only and task.targets else TARGETS.values()
     results = collect(shown, outcomes, opts.tracking_uri, opts.out_dir)
-    report = write_report(opts.out_dir / REPORT, results, command_line(task), machine())
+    report = write_report(opts.out_dir / REPORT, results, command_line(task),
+                          machine(opts.parallel_targets
+                                  if sum(t.simulated for t in to_run) > 1 else 1))
     if not task.out_dir:  # the repository's results/: its index lists this study too
         write_results_index(opts.out_dir.parent)
     print(f"\n{report}")
