@@ -13,13 +13,16 @@ imports the same powerbench as the parent. The figure is written as soon as the 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import powerbench
 from powerbench.figures.runs import FigureOutput
@@ -94,7 +97,44 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
-def _run_children(target: Target, opts: RunOptions, log: Path) -> tuple[float, str | None]:
+class _Children:
+    """The running child processes, so that an interrupt (Ctrl-C, SIGTERM) reaching the
+    parent ends them (SIGTERM: each ends its run KILLED) and no new one starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def run(self, argv: list[str], out: TextIO) -> int:
+        with self._lock:
+            if self._stopped:
+                return -signal.SIGTERM
+            child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                     env=_child_env())
+            self._running.add(child)
+        try:
+            return child.wait()
+        finally:
+            with self._lock:
+                self._running.discard(child)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM to every running child, SIGKILL to one still running after `grace_s`."""
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for child in running:
+            child.terminate()
+        for child in running:
+            try:
+                child.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def _run_children(target: Target, opts: RunOptions, log: Path,
+                  children: _Children) -> tuple[float, str | None]:
     """The target's child runs, one after another, output into `log`: (seconds, None) or
     (seconds, what failed)."""
     start = time.perf_counter()
@@ -105,7 +145,7 @@ def _run_children(target: Target, opts: RunOptions, log: Path) -> tuple[float, s
             print(f"{target.name}: {' '.join(argv[1:])}", flush=True)
             out.write(f"$ {' '.join(argv)}\n")
             out.flush()
-            code = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT, env=_child_env())
+            code = children.run(argv, out)
             if code != 0:
                 return (time.perf_counter() - start,
                         f"`powerbench {' '.join(args[:2])} ...` exited with {code}")
@@ -132,8 +172,13 @@ def _finish(target: Target, opts: RunOptions, log: Path, seconds: float,
 
 def run_target(target: Target, opts: RunOptions) -> Outcome:
     """The target's child runs, then its figure; failures come back in the Outcome."""
-    log = opts.work_dir / f"{target.name}.log"
-    return _finish(target, opts, log, *_run_children(target, opts, log))
+    log, children = opts.work_dir / f"{target.name}.log", _Children()
+    try:
+        ran = _run_children(target, opts, log, children)
+    except BaseException:
+        children.stop()
+        raise
+    return _finish(target, opts, log, *ran)
 
 
 def run_targets(targets: Sequence[Target], opts: RunOptions) -> Iterator[Outcome]:
@@ -141,19 +186,22 @@ def run_targets(targets: Sequence[Target], opts: RunOptions) -> Iterator[Outcome
     targets' children run that many at a time (each target's seconds are its own children's
     wall time plus its figure's); the measured targets then run one at a time, alone, as
     they all do with 1, in the order given. Figures are drawn here, in the calling thread
-    (matplotlib is not thread-safe); a target that has not started when an exception
-    (Ctrl-C) reaches here never starts."""
+    (matplotlib is not thread-safe). An exception reaching here (Ctrl-C, SIGTERM) ends the
+    running children and starts no other."""
     together = [t for t in targets if t.simulated] if opts.parallel_targets > 1 else []
     if together:
+        children = _Children()
+        logs = {t.name: opts.work_dir / f"{t.name}.log" for t in together}
         with ThreadPoolExecutor(opts.parallel_targets, "reproduce") as pool:
-            logs = {t.name: opts.work_dir / f"{t.name}.log" for t in together}
-            running = {pool.submit(_run_children, t, opts, logs[t.name]): t for t in together}
+            running = {pool.submit(_run_children, t, opts, logs[t.name], children): t
+                       for t in together}
             try:
                 for done in as_completed(running):
                     target = running[done]
                     yield _finish(target, opts, logs[target.name], *done.result())
             except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.shutdown(wait=False, cancel_futures=True)
+                children.stop()
                 raise
     for target in targets:
         if target.simulated and together:

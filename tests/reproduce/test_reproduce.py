@@ -65,7 +65,7 @@ def test_simulated_targets_run_together_and_measured_ones_alone(tmp_path, monkey
 
     lock, running, seen = threading.Lock(), set(), []
 
-    def children(target, opts, log):
+    def children(target, opts, log, _children):
         with lock:
             running.add(target.name)
             seen.append(frozenset(running))
@@ -95,6 +95,27 @@ def test_simulated_targets_run_together_and_measured_ones_alone(tmp_path, monkey
     assert [o.name for o in run_targets(targets, replace(opts, parallel_targets=1))] == [
         "s1", "m1", "s2", "s3", "m2"]
     assert max(len(r) for r in seen) == 1
+
+
+def test_an_interrupt_ends_the_running_children_and_starts_no_other(tmp_path):
+    import sys
+    import threading
+    import time
+
+    from powerbench.reproduce.target_runner import _Children
+
+    children, codes = _Children(), []
+    with open(tmp_path / "log", "w") as out:
+        waiting = threading.Thread(target=lambda: codes.append(children.run(
+            [sys.executable, "-c", "import time; time.sleep(60)"], out)))
+        waiting.start()
+        while not children._running:
+            time.sleep(0.01)
+        start = time.perf_counter()
+        children.stop()
+        waiting.join()
+        assert codes == [-15] and time.perf_counter() - start < 10
+        assert children.run([sys.executable, "-c", "pass"], out) == -15  # never started
 
 
 def test_parallel_targets_default_fills_the_cores():
