@@ -12,6 +12,8 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
+from powerbench.schema_helpers import check_range
+
 
 @dataclass
 class RunTask:
@@ -268,9 +270,15 @@ class ReproduceTask:
     # parallel jobs of each sweep (hydra/launcher=parallel); 1: one job after another in the
     # sweep's own process (hydra/launcher=basic, no worker processes to start)
     n_jobs: int = 2
+    # simulated targets whose children run at once (measured ones always run alone); 0: as
+    # many as the cores hold with n_jobs jobs each (cores // n_jobs, at least 1)
+    parallel_targets: int = 0
     out_dir: str | None = None  # figures, CSVs and README.md (None: results/reproduction/)
     fresh_store: bool = False  # log to a new MLflow store in the run directory
     report_only: bool = False  # run nothing: redraw every figure and the report from the store
+
+    def __post_init__(self) -> None:
+        check_range("task.parallel_targets", self.parallel_targets, 0)
 
 
 @dataclass

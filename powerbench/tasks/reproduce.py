@@ -4,7 +4,9 @@ Each named target runs (its sweep or command in a child powerbench,
 powerbench.reproduce.target_runner) and its figure is written to <out_dir>/<name>.csv/.png
 as soon as its runs exist; each gets its own MLflow run with the figure, the CSV and the
 published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
-regenerated from every target whose runs exist. `task.fresh_store=true` logs everything to
+regenerated from every target whose runs exist. The simulated targets run
+`task.parallel_targets` at a time (0: as many as the cores hold with `task.n_jobs` jobs
+each), the measured ones alone. `task.fresh_store=true` logs everything to
 a new store in this run's directory (what the committed report is generated from);
 `task.report_only=true` runs nothing and redraws the figures and the report from the store
 (only the named targets when some are named). A
@@ -13,6 +15,7 @@ failing target does not stop the others; the task exits non-zero at the end nami
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
@@ -22,7 +25,7 @@ from powerbench.progress import Progress
 from powerbench.reproduce import TARGETS, Target
 from powerbench.reproduce.report import REPORT, collect, write_report
 from powerbench.reproduce.target_record import record_target
-from powerbench.reproduce.target_runner import Outcome, RunOptions, run_target
+from powerbench.reproduce.target_runner import Outcome, RunOptions, run_targets
 from powerbench.tasks.config import ReproduceTask
 from powerbench.tracking import resolve_uri
 
@@ -58,16 +61,28 @@ def listing() -> str:
 
 def command_line(task: ReproduceTask) -> str:
     flags = [f"task.{f}=true" for f in ("fresh_store", "report_only") if getattr(task, f)]
-    if task.n_jobs != ReproduceTask.n_jobs:
-        flags.append(f"task.n_jobs={task.n_jobs}")
+    for option in ("n_jobs", "parallel_targets"):
+        if getattr(task, option) != getattr(ReproduceTask, option):
+            flags.append(f"task.{option}={getattr(task, option)}")
     return " ".join(["powerbench reproduce", *(["--quick"] if task.quick else []),
                      *task.targets, *flags])
 
 
-def machine() -> str:
+def parallel_targets(task: ReproduceTask, cores: int | None = None) -> int:
+    """Simulated targets run at once: `task.parallel_targets`, or when 0 as many as the
+    cores hold with `task.n_jobs` jobs each (at least 1)."""
+    if task.parallel_targets:
+        return task.parallel_targets
+    return max(1, (cores or os.cpu_count() or 1) // max(1, task.n_jobs))
+
+
+def machine(parallel: int = 1) -> str:
+    """The report's machine line; it says when targets ran side by side (their wall times
+    then overlap)."""
     from powerbench.tracking.provenance import machine_tags
 
-    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}"
+    together = f", simulated targets {parallel} at a time" if parallel > 1 else ""
+    return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}{together}"
 
 
 def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
@@ -80,13 +95,15 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     opts = RunOptions(tracking_uri=uri,
                       out_dir=Path(task.out_dir) if task.out_dir else paper_results_dir(),
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
-                      quick=task.quick, rerun=cfg.rerun)
+                      parallel_targets=parallel_targets(task), quick=task.quick,
+                      rerun=cfg.rerun)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
     to_run = [] if task.report_only else targets
     progress = Progress("reproduce targets", len(to_run), first_s=0, every_s=0)
-    for target in to_run:
-        outcome = run_target(target, opts)
+    by_name = {t.name: t for t in to_run}
+    for outcome in run_targets(to_run, opts):  # in the order they finish
+        target = by_name[outcome.name]
         progress.step()
         outcomes[target.name] = outcome
         for result in collect([target], outcomes, opts.tracking_uri, opts.out_dir):
@@ -99,7 +116,9 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
                   flush=True)
     shown = targets if task.report_only and task.targets else TARGETS.values()
     results = collect(shown, outcomes, opts.tracking_uri, opts.out_dir)
-    report = write_report(opts.out_dir / REPORT, results, command_line(task), machine())
+    report = write_report(opts.out_dir / REPORT, results, command_line(task),
+                          machine(opts.parallel_targets
+                                  if sum(t.simulated for t in to_run) > 1 else 1))
     if not task.out_dir:  # the repository's results/: its index lists this study too
         write_results_index(opts.out_dir.parent)
     print(f"\n{report}")
@@ -107,6 +126,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
         for c in result.comparisons:
             print(f"  {result.target.name}: {c.published.label}: paper {c.published.value:g}, "
                   f"ours {c.ours:.4g} ({'within' if c.within else 'OUTSIDE'} tolerance)")
+    outcomes = {t.name: outcomes[t.name] for t in to_run}  # in the order named
     failed = [o.name for o in outcomes.values() if not o.ok]
     if failed:
         raise SystemExit(f"powerbench reproduce: {len(failed)} of {len(outcomes)} target(s) "

@@ -20,7 +20,9 @@ from powerbench.figures.stamp import (
 from powerbench.reproduce import TARGETS, Published, Target
 from powerbench.reproduce.report import TargetResult, collect, compare, render, write_report
 from powerbench.reproduce.target_record import record_target
-from powerbench.reproduce.target_runner import Outcome, RunOptions, commands
+from powerbench.reproduce.target_runner import Outcome, RunOptions, commands, run_targets
+from powerbench.tasks.config import ReproduceTask
+from powerbench.tasks.reproduce import parallel_targets
 
 
 def test_list_names_every_target(run_cli, capsys):
@@ -51,6 +53,79 @@ def test_quick_runs_only_the_first_sweep_reduced(tmp_path):
     (single,) = commands(TARGETS["fig13"], replace(opts, n_jobs=1))
     assert single[:3] == ["--multirun", "experiment=fig13", "hydra/launcher=basic"]
     assert not any(a.startswith("hydra.launcher.") for a in single)
+
+
+def test_simulated_targets_run_together_and_measured_ones_alone(tmp_path, monkeypatch):
+    """run_targets: at most parallel_targets simulated targets' children at once, each
+    measured target with nothing beside it, every figure drawn in the calling thread, and
+    each target's seconds its own children's time plus its figure's."""
+    import threading
+
+    import powerbench.reproduce.target_runner as runner
+
+    lock, running, seen = threading.Lock(), set(), []
+
+    def children(target, opts, log, _children):
+        with lock:
+            running.add(target.name)
+            seen.append(frozenset(running))
+        threading.Event().wait(0.1)
+        with lock:
+            running.discard(target.name)
+        return 0.1, None if target.name != "s2" else "`powerbench x` exited with 1"
+
+    def figure(tracking_uri, out_dir):
+        assert threading.current_thread() is threading.main_thread()
+        return FigureOutput("f", Path("f.csv"), Path("f.png"), pd.DataFrame())
+
+    monkeypatch.setattr(runner, "_run_children", children)
+    monkeypatch.setattr(runner, "_tail", lambda log: "")
+    targets = [Target(name, figure, command=("ui",), command_title="t", simulated=sim)
+               for name, sim in [("s1", True), ("m1", False), ("s2", True), ("s3", True),
+                                 ("m2", False)]]
+    opts = RunOptions("sqlite:///x.db", tmp_path, tmp_path, parallel_targets=2)
+    outcomes = list(run_targets(targets, opts))
+    assert [o.name for o in outcomes][-2:] == ["m1", "m2"]  # alone, after, in order
+    assert {o.name for o in outcomes[:3]} == {"s1", "s2", "s3"}
+    assert max(len(r) for r in seen) == 2
+    assert all(len(r) == 1 for r in seen if {"m1", "m2"} & r)
+    assert not next(o for o in outcomes if o.name == "s2").ok
+    assert all(0.1 <= o.seconds < 1 for o in outcomes)
+    seen.clear()
+    assert [o.name for o in run_targets(targets, replace(opts, parallel_targets=1))] == [
+        "s1", "m1", "s2", "s3", "m2"]
+    assert max(len(r) for r in seen) == 1
+
+
+def test_an_interrupt_ends_the_running_children_and_starts_no_other(tmp_path):
+    import sys
+    import threading
+    import time
+
+    from powerbench.reproduce.target_runner import _Children
+
+    children, codes = _Children(), []
+    with open(tmp_path / "log", "w") as out:
+        waiting = threading.Thread(target=lambda: codes.append(children.run(
+            [sys.executable, "-c", "import time; time.sleep(60)"], out)))
+        waiting.start()
+        while not children._running:
+            time.sleep(0.01)
+        start = time.perf_counter()
+        children.stop()
+        waiting.join()
+        assert codes == [-15] and time.perf_counter() - start < 10
+        assert children.run([sys.executable, "-c", "pass"], out) == -15  # never started
+
+
+def test_parallel_targets_default_fills_the_cores():
+    assert parallel_targets(ReproduceTask(n_jobs=2), cores=2) == 1
+    assert parallel_targets(ReproduceTask(n_jobs=1), cores=2) == 2
+    assert parallel_targets(ReproduceTask(n_jobs=4), cores=16) == 4
+    assert parallel_targets(ReproduceTask(n_jobs=4, parallel_targets=3), cores=16) == 3
+    with pytest.raises(ValueError, match=r"task.parallel_targets=-1 is out of range; valid: "
+                                         r"0 <= task.parallel_targets"):
+        ReproduceTask(parallel_targets=-1)
 
 
 @pytest.mark.parametrize("name", [n for n, t in TARGETS.items() if t.experiment])
@@ -220,7 +295,8 @@ def test_a_failing_target_keeps_the_others_and_exits_non_zero(run_cli, tmp_path,
 
 
 # every target's reduced sweep end to end, as `powerbench reproduce --quick all` runs them:
-# one child sweep (parallel launcher) per target into one fresh store and one cache, each
+# one child sweep per target, two simulated targets at a time (the measured ones alone),
+# into one fresh store and one cache, each
 # target's figure, its MLflow record and the one report; what each quick table must hold
 QUICK = {
     "fig10": {"model": ["opt_30b"]}, "fig11": {"model": ["opt_13b"]},
@@ -255,14 +331,14 @@ def quick_run(request, tmp_path_factory):
     out = root / "results"
     try:
         main(["reproduce", "--quick", *names, f"task.out_dir={out}", "task.fresh_store=true",
-              "task.n_jobs=1",
+              "task.n_jobs=1", "task.parallel_targets=2",
               f"cache_dir={root / 'cache'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
               f"hydra.run.dir={root / 'run'}", f"hydra.sweep.dir={root / 'sweep'}"])
         failed = None
     except SystemExit as exit_:
         failed = str(exit_)
     command = " ".join(["powerbench reproduce --quick", *names, "task.fresh_store=true",
-                        "task.n_jobs=1"])
+                        "task.n_jobs=1", "task.parallel_targets=2"])
     return command, out, root, failed
 
 
@@ -286,7 +362,7 @@ def test_quick_target_end_to_end(quick_run, name):
     for column, values in QUICK[name].items():
         assert sorted(table[column]) == sorted(values), column
     assert (out / f"{name}.png").stat().st_size > 5_000
-    assert f"`{command}`" in report
+    assert f"`{command}`" in report and "simulated targets 2 at a time" in report
     assert f"| {name} | ran now (quick) | " in report
     assert "ran now (the reduced `--quick` sweep)" in section
     assert str(root) not in report
