@@ -31,6 +31,7 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == (*(f.name for f in fields(ResultRow)), "sparsity_pct",
                                             "label", "ideal_speedup", "dense_fraction",
+                                            "ceiling_fraction", "ceiling_speedup",
                                             "bandwidth_fraction")
         rows = list(reader)
     # 2 dtypes x 2 batches x 4 ops x (2 dense kernels + 2 sparsities x 2 backends)
@@ -48,6 +49,21 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
         assert math.isclose(float(r["dense_fraction"]), gbps / dense_gbps, rel_tol=1e-3)
         assert math.isclose(float(r["ideal_speedup"]), 1 / (1 - float(r["sparsity"])),
                             rel_tol=1e-3)
+    # every sparse row has the gather probe's ceiling over its own rows; dense rows none
+    for r in rows:
+        ceil_t = float(r["ceiling_time_us"])
+        if r["backend"] in ("torch_dense", "ours_dense"):
+            assert ceil_t == 0 and r["ceiling_probe"] == ""
+            assert r["ceiling_fraction"] in ("", "nan")
+            continue
+        t, dense = float(r["time_us"]), float(r["dense_time_us"])
+        assert ceil_t > 0 and r["ceiling_probe"] in ("slots", "runs")
+        assert math.isclose(float(r["ceiling_fraction"]), ceil_t / t, rel_tol=1e-3)
+        assert math.isclose(float(r["ceiling_speedup"]), dense / ceil_t, rel_tol=1e-3)
+        n_active = round(256 * (1 - float(r["sparsity"])))
+        es = 4 if r["dtype"] == "fp32" else 2
+        weight_bytes = bench.MATRICES[r["op"]] * n_active * 64 * es
+        assert math.isclose(float(r["ceiling_gbps"]), weight_bytes / ceil_t / 1e3, rel_tol=1e-3)
     # the faster dense kernel is the reference: its own row's speedup is 1
     best = [r for r in rows if r["backend"] == r["dense_kernel"]]
     assert best and all(math.isclose(float(r["speedup"]), 1.0) for r in best)
