@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-PROBES = ("slots", "runs")  # CpuSparseOps.gather_probe modes, in the order they are timed
+PROBES = ("slots", "runs", "wide")  # CpuSparseOps.gather_probe modes, in the order they are timed
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from powerbench.ops.interface import SparseOps
 from powerbench.ops.isa import choose_isa, requested_isa
 from powerbench.ops.weights import GATED_KINDS, ReluFFNWeights
 
-PROBE_MODES = ("slots", "runs")  # the gather probe's ways of reading (csrc: ProbeMode)
+PROBE_MODES = ("slots", "runs", "wide")  # the gather probe's ways of reading (csrc: ProbeMode)
 
 
 class CpuSparseOps(SparseOps):

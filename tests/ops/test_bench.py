@@ -11,6 +11,7 @@ from dataclasses import fields
 import pytest
 
 from powerbench.ops import bench
+from powerbench.ops.bench_ceiling import PROBES
 from powerbench.ops.bench_report import ResultRow
 from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.paths import repo_root
@@ -57,7 +58,7 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
             assert r["ceiling_fraction"] in ("", "nan")
             continue
         t, dense = float(r["time_us"]), float(r["dense_time_us"])
-        assert ceil_t > 0 and r["ceiling_probe"] in ("slots", "runs")
+        assert ceil_t > 0 and r["ceiling_probe"] in PROBES
         assert math.isclose(float(r["ceiling_fraction"]), ceil_t / t, rel_tol=1e-3)
         assert math.isclose(float(r["ceiling_speedup"]), dense / ceil_t, rel_tol=1e-3)
         n_active = round(256 * (1 - float(r["sparsity"])))

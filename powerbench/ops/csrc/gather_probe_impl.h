@@ -20,7 +20,8 @@
 // words from the row's start (a last partial word zero-padded): exact and independent of
 // the order of the reads, so tests check it against a plain reference.
 
-enum ProbeMode : int { kProbeSlots = 0, kProbeRuns = 1 };
+enum ProbeMode : int { kProbeSlots = 0, kProbeRuns = 1, kProbeWide = 2 };
+constexpr int kWideSlots = 2 * kRowGroup;  // kProbeWide: twice the operators' row slots
 
 // One vector of 32-bit words: kW * 4 bytes (a full register on AVX-512 and AVX2).
 typedef uint32_t ProbeVec __attribute__((vector_size(kW * 4)));
@@ -94,6 +95,48 @@ inline uint32_t probe_slots(const char* base, int64_t row_bytes, int64_t row_len
       });
     });
     sums[worker] += s;
+  });
+  uint32_t total = 0;
+  for (uint32_t v : sums) total += v;
+  return total;
+}
+
+// kProbeWide: the slots' schedule with kWideSlots rows side by side (chunks of kWideSlots
+// runs of run_kb), each row prefetched prefetch_bytes ahead and on into the slot's next row.
+inline uint32_t probe_wide(const char* base, int64_t row_bytes, int64_t row_len,
+                           const int64_t* idx, int64_t n, int nt) {
+  constexpr int G = kWideSlots;
+  const int threads = n * row_len >= kParallelMin && nt > 1 ? nt : 1;
+  const int64_t grab = 2 * rows_per_grab(row_bytes, n, threads);
+  const int64_t d0 = knob(kKnobPrefetchBytes);
+  const int64_t d = row_bytes < kShortRowBytes || d0 > row_bytes ? row_bytes : d0;
+  uint32_t sums[kMaxWorkers] = {};
+  parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int worker) {
+    const int64_t run = (p1 - p0 + G - 1) / G;
+    const auto row = [&](int64_t p) { return base + (idx ? idx[p] : p) * row_bytes; };
+    ProbeVec acc{};
+    uint32_t s = 0;
+    for (int64_t t = 0; t < run; ++t) {
+      const char *rows[G], *ahead[G], *after[G];
+      int c = 0;
+      for (int q = 0; q < G; ++q) {
+        const int64_t p = p0 + q * run + t;
+        if (p >= p1) break;
+        rows[c] = row(p);
+        ahead[c] = rows[c] + d;
+        after[c] = (t + 1 < run && p + 1 < p1 ? row(p + 1) : rows[c]) + (d - row_bytes);
+        ++c;
+      }
+      const int64_t switch_off = row_bytes - d;
+      int64_t k = 0;
+      for (; k + kProbeVB <= row_bytes; k += kProbeVB) {
+        for (int64_t o = k; o < k + kProbeVB; o += 64)
+          for (int q = 0; q < c; ++q) prefetch_l2((o < switch_off ? ahead[q] : after[q]) + o);
+        for (int q = 0; q < c; ++q) acc += probe_load(rows[q] + k);
+      }
+      for (int q = 0; q < c; ++q) s += probe_tail(rows[q], k, row_bytes);
+    }
+    sums[worker] += s + probe_hsum(acc);
   });
   uint32_t total = 0;
   for (uint32_t v : sums) total += v;
@@ -175,6 +218,7 @@ uint32_t gather_probe_impl(const void* w, int64_t row_len, int64_t elem_bytes,
                            const int64_t* idx, int64_t n, int mode, int threads) {
   const char* base = static_cast<const char*>(w);
   const int64_t row_bytes = row_len * elem_bytes;
-  return mode == kProbeRuns ? probe_runs(base, row_bytes, row_len, idx, n, threads)
-                            : probe_slots(base, row_bytes, row_len, idx, n, threads);
+  if (mode == kProbeRuns) return probe_runs(base, row_bytes, row_len, idx, n, threads);
+  if (mode == kProbeWide) return probe_wide(base, row_bytes, row_len, idx, n, threads);
+  return probe_slots(base, row_bytes, row_len, idx, n, threads);
 }

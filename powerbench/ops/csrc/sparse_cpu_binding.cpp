@@ -586,7 +586,7 @@ double read_bandwidth_sum(const at::Tensor& buf) {
 // row-slot schedule, 1: merged runs of adjacent rows.
 int64_t gather_probe(const std::vector<at::Tensor>& mats, const at::Tensor& idx, int64_t mode,
                      bool check) {
-  TORCH_CHECK_VALUE(mode == 0 || mode == 1, "gather probe mode must be 0 (slots) or 1 (runs), got ",
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "gather probe mode must be 0 (slots), 1 (runs) or 2 (wide), got ",
                     std::to_string(mode));
   TORCH_CHECK_VALUE(!mats.empty(), "gather probe needs at least one matrix");
   const int64_t N = mats[0].dim() == 2 ? mats[0].size(0) : -1;

@@ -139,7 +139,8 @@ class Pool {
   // `asleep + idle[i]` still ahead, earliest first, and spin up to twice as long for a job.
   uint64_t sleep_for_job(uint64_t seen, Clock::time_point asleep,
                          const Clock::duration (&idle)[kIdleKept]) {
-    const auto ahead = std::chrono::microseconds(knob(kKnobWakeAheadUs));
+    const Clock::duration ahead_min = std::chrono::microseconds(knob(kKnobWakeAheadUs));
+    const int64_t pct = knob(kKnobWakeAheadPct);
     Clock::duration due[kIdleKept];
     std::copy(idle, idle + kIdleKept, due);
     std::sort(due, due + kIdleKept);
@@ -149,12 +150,14 @@ class Pool {
       return gen_of(state_.load(std::memory_order_acquire)) != seen ||
              wakes_.load(std::memory_order_relaxed) != woken;
     };
-    for (int i = 0; i < kIdleKept && ahead.count() > 0; ++i) {
+    for (int i = 0; i < kIdleKept && ahead_min.count() > 0; ++i) {
+      // the window: wake_ahead_us, or wake_ahead_pct of the predicted gap if longer
+      const Clock::duration ahead = std::max(ahead_min, due[i] * pct / 100);
       const Clock::time_point wake_at = asleep + due[i] - ahead;
       if (due[i].count() == 0 || wake_at <= Clock::now()) continue;
       if (cv_.wait_until(lock, wake_at, ready)) break;
       lock.unlock();
-      const uint64_t gen = spin_for_job(seen, kKnobWakeAheadUs, 2);
+      const uint64_t gen = spin_for_job(seen, 2 * ahead);
       lock.lock();
       if (gen != seen) return gen;
     }
@@ -174,6 +177,19 @@ class Pool {
       }
       const auto limit = std::chrono::microseconds(knob(limit_us) * factor);
       if (Clock::now() - start >= limit) return seen;
+    }
+  }
+
+  // ... or until `limit` passed, unless knob wake_ahead_us drops to 0 (stops the spin).
+  uint64_t spin_for_job(uint64_t seen, Clock::duration limit) const {
+    const auto start = Clock::now();
+    for (;;) {
+      for (int i = 0; i < kSpinCheckEvery; ++i) {
+        const uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
+        if (gen != seen) return gen;
+        _mm_pause();
+      }
+      if (Clock::now() - start >= limit || knob(kKnobWakeAheadUs) == 0) return seen;
     }
   }
 
