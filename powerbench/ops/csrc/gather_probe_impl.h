@@ -5,23 +5,24 @@
 // dtype conversion, no multiply-add, no output. What it takes is the time this machine
 // needs to bring those bytes through the cores, so an operator's time over the probe's is
 // the share of the ceiling it reaches, and dense time over the probe's the speedup a
-// perfect operator would show. Two ways of reading the same bytes (the ceiling is the
-// faster of them, bench-operators times both):
+// perfect operator would show. Three ways of reading the same bytes (the ceiling is the
+// fastest of them, bench-operators times all three):
 //  - kProbeSlots: the operators' own schedule (chunks claimed from the pool, kRowGroup row
 //    slots per thread, each a continuous software-prefetched stream: for_row_groups);
+//  - kProbeWide: the same with kMaxSlots row slots per thread (8 on AVX-512; the kernels'
+//    batch-1 schedule for scattered rows, knob wide_adjacent_pct);
 //  - kProbeRuns: ids sorted (a sorted list is only scanned), runs of adjacent rows merged
 //    into one span, spans cut into pieces of whole rows of about kProbePieceBytes, pieces
 //    claimed from the pool and read by each thread as one stream prefetched
 //    kRowGroup * prefetch_bytes ahead (the bytes the slots keep in flight), on into the next
 //    piece of its claim.
-// Both run on `threads` workers of the same pool as the operators.
+// All run on `threads` workers of the same pool as the operators.
 //
 // The result is the sum, modulo 2^32, of every row's bytes read as little-endian 32-bit
 // words from the row's start (a last partial word zero-padded): exact and independent of
 // the order of the reads, so tests check it against a plain reference.
 
 enum ProbeMode : int { kProbeSlots = 0, kProbeRuns = 1, kProbeWide = 2 };
-constexpr int kWideSlots = 2 * kRowGroup;  // kProbeWide: twice the operators' row slots
 
 // One vector of 32-bit words: kW * 4 bytes (a full register on AVX-512 and AVX2).
 typedef uint32_t ProbeVec __attribute__((vector_size(kW * 4)));
@@ -78,65 +79,24 @@ inline uint32_t probe_group(const char* const* w, int64_t len, const RowStreams&
 }
 
 inline uint32_t probe_slots(const char* base, int64_t row_bytes, int64_t row_len,
-                            const int64_t* idx, int64_t n, int nt) {
+                            const int64_t* idx, int64_t n, int nt, int slots) {
   const int threads = n * row_len >= kParallelMin && nt > 1 ? nt : 1;
-  const int64_t grab = rows_per_grab(row_bytes, n, threads);
+  const int64_t grab = rows_per_grab(row_bytes, n, threads, slots);
   uint32_t sums[kMaxWorkers] = {};
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int worker) {
     uint32_t s = 0;
-    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
-      const char *rows[kRowGroup], *next[kRowGroup];
+    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
+                                  int next_count) {
+      const char *rows[kMaxSlots], *next[kMaxSlots];
       rows_at(base, row_bytes, idx, pos, count, rows);
       rows_at(base, row_bytes, idx, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, row_bytes);
+      const RowStreams pf(rows, count, next, next_count, row_bytes, slots);
       pf.head(pos[0], p0);
-      with_count<kRowGroup>(count, [&](auto c) {
+      with_count<kMaxSlots>(count, [&](auto c) {
         s += probe_group<decltype(c)::value>(rows, row_bytes, pf);
       });
     });
     sums[worker] += s;
-  });
-  uint32_t total = 0;
-  for (uint32_t v : sums) total += v;
-  return total;
-}
-
-// kProbeWide: the slots' schedule with kWideSlots rows side by side (chunks of kWideSlots
-// runs of run_kb), each row prefetched prefetch_bytes ahead and on into the slot's next row.
-inline uint32_t probe_wide(const char* base, int64_t row_bytes, int64_t row_len,
-                           const int64_t* idx, int64_t n, int nt) {
-  constexpr int G = kWideSlots;
-  const int threads = n * row_len >= kParallelMin && nt > 1 ? nt : 1;
-  const int64_t grab = 2 * rows_per_grab(row_bytes, n, threads);
-  const int64_t d0 = knob(kKnobPrefetchBytes);
-  const int64_t d = row_bytes < kShortRowBytes || d0 > row_bytes ? row_bytes : d0;
-  uint32_t sums[kMaxWorkers] = {};
-  parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int worker) {
-    const int64_t run = (p1 - p0 + G - 1) / G;
-    const auto row = [&](int64_t p) { return base + (idx ? idx[p] : p) * row_bytes; };
-    ProbeVec acc{};
-    uint32_t s = 0;
-    for (int64_t t = 0; t < run; ++t) {
-      const char *rows[G], *ahead[G], *after[G];
-      int c = 0;
-      for (int q = 0; q < G; ++q) {
-        const int64_t p = p0 + q * run + t;
-        if (p >= p1) break;
-        rows[c] = row(p);
-        ahead[c] = rows[c] + d;
-        after[c] = (t + 1 < run && p + 1 < p1 ? row(p + 1) : rows[c]) + (d - row_bytes);
-        ++c;
-      }
-      const int64_t switch_off = row_bytes - d;
-      int64_t k = 0;
-      for (; k + kProbeVB <= row_bytes; k += kProbeVB) {
-        for (int64_t o = k; o < k + kProbeVB; o += 64)
-          for (int q = 0; q < c; ++q) prefetch_l2((o < switch_off ? ahead[q] : after[q]) + o);
-        for (int q = 0; q < c; ++q) acc += probe_load(rows[q] + k);
-      }
-      for (int q = 0; q < c; ++q) s += probe_tail(rows[q], k, row_bytes);
-    }
-    sums[worker] += s + probe_hsum(acc);
   });
   uint32_t total = 0;
   for (uint32_t v : sums) total += v;
@@ -219,6 +179,6 @@ uint32_t gather_probe_impl(const void* w, int64_t row_len, int64_t elem_bytes,
   const char* base = static_cast<const char*>(w);
   const int64_t row_bytes = row_len * elem_bytes;
   if (mode == kProbeRuns) return probe_runs(base, row_bytes, row_len, idx, n, threads);
-  if (mode == kProbeWide) return probe_wide(base, row_bytes, row_len, idx, n, threads);
-  return probe_slots(base, row_bytes, row_len, idx, n, threads);
+  return probe_slots(base, row_bytes, row_len, idx, n, threads,
+                     mode == kProbeWide ? kMaxSlots : kRowGroup);
 }
