@@ -2,9 +2,9 @@
 probe (``CpuSparseOps.gather_probe``, ``csrc/gather_probe_impl.h``) over exactly the weight
 rows an operator reads, timed in the same rounds as the operator and the dense kernels.
 
-Two probes read the same bytes, ``probe_slots`` (the operators' own row-slot schedule) and
-``probe_runs`` (adjacent rows merged into runs, one stream per thread); the ceiling is the
-faster. Against it a row reports the ceiling's GB/s on the weight bytes, the share of the
+Three probes read the same bytes: ``slots`` (the operators' own 4-slot schedule), ``wide``
+(the same with 8 row slots per thread on AVX-512) and ``runs`` (adjacent rows merged into
+runs, one stream per thread); the ceiling is the fastest. Against it a row reports the ceiling's GB/s on the weight bytes, the share of the
 ceiling the operator reaches (ceiling time / operator time) and the speedup over dense the
 ceiling itself gives (dense time / ceiling time): the most any operator could show here.
 """
@@ -23,7 +23,7 @@ PROBES = ("slots", "runs", "wide")  # CpuSparseOps.gather_probe modes, in the or
 @dataclass(frozen=True)
 class Ceiling:
     time_us: float  # the faster probe's median
-    probe: str  # which ("slots" or "runs")
+    probe: str  # which (one of PROBES)
     gbps: float  # weight bytes read / time
 
 

@@ -142,8 +142,9 @@ def ceiling_notes(rows: Sequence[ResultRow], read_gbps: float) -> list[str]:
     lo = min(full.values(), key=lambda r: r.ceiling_gbps)
     hi = max(full.values(), key=lambda r: r.ceiling_gbps)
     return ["ceiling = a read-only gather probe over the same weight rows (plain vector loads "
-            "and an integer sum, no conversion, no FMA; the faster of the operators' row-slot "
-            "schedule and merged runs of adjacent rows), timed in the same rounds; "
+            "and an integer sum, no conversion, no FMA; the fastest of the operators' 4-slot "
+            "schedule, the same with 8 slots, and merged runs of adjacent rows), timed in "
+            "the same rounds; "
             "ceiling_gbps on the weight bytes, ceiling_fraction = probe time / op time, "
             "ceiling_speedup = dense time / probe time (the most an operator could show here)",
             f"gather probe at 0% sparsity: {lo.ceiling_gbps:.1f}-{hi.ceiling_gbps:.1f} GB/s "

@@ -152,8 +152,9 @@ class CpuSparseOps(SparseOps):
         """Read rows ``idx`` of every matrix in ``mats`` (2-D, contiguous, any dtype, the
         same row count) as a sparse operator reads them, with plain vector loads and nothing
         else, on the operators' threads: the machine's ceiling for that gather
-        (``csrc/gather_probe_impl.h``). ``mode``: ``"slots"`` (the operators' row-slot
-        schedule) or ``"runs"`` (runs of adjacent rows merged, one stream per thread).
+        (``csrc/gather_probe_impl.h``). ``mode``: ``"slots"`` (the operators' 4-slot
+        schedule), ``"wide"`` (the same with 8 slots on AVX-512) or ``"runs"`` (runs of
+        adjacent rows merged, one stream per thread).
         Returns the sum modulo 2**32 of each row's bytes as little-endian 32-bit words (a
         last partial word zero-padded)."""
         if mode not in PROBE_MODES:

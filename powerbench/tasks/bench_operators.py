@@ -34,7 +34,7 @@ SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "d
          "dense_fraction", "bandwidth_fraction", "ceiling_gbps", "ceiling_fraction",
          "ceiling_speedup")
 METRICS = ("time_us", "dense_time_us", "speedup", "achieved_gbps", "dense_gbps",
-           "dense_fraction")
+           "dense_fraction", "ceiling_gbps", "ceiling_fraction", "ceiling_speedup")
 
 
 def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:

@@ -53,7 +53,7 @@ def test_extension_reports_its_knobs_and_refuses_bad_values(cpu_ops):
 SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "run_kb": 4096},
             {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1},
             {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000},
-            {"axpy_rows": 1}, {"axpy_rows": 6}, {"axpy_rows": 1024}, {"wake_ahead_pct": 50},
+            {"wake_ahead_pct": 50},
             {"wide_adjacent_pct": 101}, {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
             {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536})
 

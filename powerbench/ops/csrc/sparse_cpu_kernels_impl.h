@@ -58,10 +58,16 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 
 // Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
-// one_slot_adjacent_pct percent (mostly consecutive rows): 1 slot, one stream per thread
-// prefetched kRowGroup times as far (the gather probe's merged runs read 0% sparsity at
-// 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct percent
-// (scattered rows): kMaxSlots; else kRowGroup. Either knob 0: off. O(n).
+// one_slot_adjacent_pct percent (default 95: mostly consecutive rows): 1 slot, one stream
+// per thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
+// sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
+// percent (default 30: scattered rows): kMaxSlots; else kRowGroup. Either knob 0: off. O(n).
+// Same-process A/B (bench-operators task.variants, 4096x16384 b1; 2026-11-26 12:13 UTC,
+// load 1.5-1.6, and 12:16 UTC, load 2.8-3.3), default vs wide 30 + one slot: fp16 row 0%
+// 0.85x/0.78x -> 0.93x/0.91x dense, 90% 7.40x/7.18x -> 12.69x/9.24x; axpy 0% 1.01x/0.98x ->
+// 1.13x/1.09x, 90% 9.37x/7.81x -> 11.14x/10.54x; ffn_gated 0% 0.93x/0.91x -> 1.05x/1.04x,
+// 90% 8.20x/8.25x -> 10.20x/9.00x; fp32 within noise at 0-50%, 90% +1-14% (ffn_gated -3%).
+// One slot at >= 85% adjacency (10% sparsity too) lost at 10% (axpy 1.55x -> 1.37x): 95.
 inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
   const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
   if (B != 1 || idx == nullptr || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
@@ -671,38 +677,6 @@ inline void axpy_group_bn(const WT* const* rows, const float* c /*[B][Q]*/, int6
   }
 }
 
-// Several tokens, column-tiled (knob axpy_rows > 0): the positions [p0, p1) in blocks of
-// `block` rows; inside a block, out[:, kc:kc + kChunk] for all tokens (8 tokens: 8 KiB)
-// stays in L1 while every row of the block adds into it, kRowGroup rows at a time. Adding
-// group by group over the whole row instead reads and writes all of out (B x D floats,
-// 128 KiB at batch 8, in L2) once per kRowGroup rows: 4-8 bytes of L2 traffic per weight
-// byte at batch 8.
-template <typename WT>
-void axpy_tiled(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_t B,
-                const int64_t* live, const int64_t* cols, int64_t p0, int64_t p1, int64_t block,
-                float* acc, float* cbuf, float* scratch) {
-  for (int64_t g0 = p0; g0 < p1; g0 += block) {
-    const int64_t g1 = g0 + block < p1 ? g0 + block : p1;
-    for (int64_t kc = 0; kc < D; kc += kChunk) {
-      const int64_t ke = kc + kChunk < D ? kc + kChunk : D;
-      for (int64_t g = g0; g < g1; g += kRowGroup) {
-        const int count = int(g1 - g < kRowGroup ? g1 - g : kRowGroup);
-        int64_t pos[kRowGroup];
-        for (int q = 0; q < count; ++q) pos[q] = g + q;
-        const WT* rows[kRowGroup];
-        rows_at(w_t, D, live, pos, count, rows);
-        const RowStreams pf(rows, count, rows, count, D);
-        for (int64_t b = 0; b < B; ++b)
-          for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[g + q]];
-        with_count<kRowGroup>(count, [&](auto c) {
-          constexpr int Q = decltype(c)::value;
-          axpy_group_bn<WT, Q>(rows, cbuf, B, acc, D, kc, ke, scratch, pf);
-        });
-      }
-    }
-  }
-}
-
 template <typename WT>
 void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_t B,
                const int64_t* idx, int64_t n, float* out, int nt) {
@@ -738,11 +712,6 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
     }
     float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kMaxSlots * B));
     float* scratch = static_cast<float*>(thread_scratch(1, sizeof(float) * kRowGroup * kChunk));
-    const int64_t tile_rows = knob(kKnobAxpyRows);
-    if (B > 1 && tile_rows > 0) {
-      axpy_tiled(w_t, D, coeff, ldc, B, live, cols, p0, p1, tile_rows, acc, cbuf, scratch);
-      return;
-    }
     walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
                                   int next_count) {
       const WT *rows[kMaxSlots], *next[kMaxSlots];
