@@ -95,7 +95,8 @@ class Timer:
         return statistics.median(self.samples(fn)[0])
 
     def samples(self, *fns: Callable[[], object]) -> list[list[float]]:
-        """Per-call seconds of each function, timed interleaved (f0, f1, f0, f1, ...).
+        """Per-call seconds of each function, timed interleaved (f0, f1, f2, then f1, f2, f0,
+        then f2, f0, f1, ...: each round rotated by one).
 
         On a shared machine the load drifts; interleaving makes a sparse call and its dense
         reference see the same conditions, so their ratio is robust even when absolute
@@ -109,11 +110,17 @@ class Timer:
         if self.device == "cuda":
             torch.cuda.synchronize()
         times: list[list[float]] = [[] for _ in fns]
+        rounds = 0
         while len(times[0]) < p.reps or (
             sum(map(sum, times)) < p.min_time_s and len(times[0]) < p.max_reps
         ):
-            for fn, out in zip(fns, times, strict=True):
-                out.append(self._once(fn))
+            # each round starts one function later: no function always follows the same
+            # one (on the shared VM a memory-bound call measured up to 1.5x faster right
+            # after compute-bound ones than after memory-bound ones)
+            start = rounds % len(fns)
+            for i in (*range(start, len(fns)), *range(start)):
+                times[i].append(self._once(fns[i]))
+            rounds += 1
         return times
 
 

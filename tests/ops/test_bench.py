@@ -161,3 +161,11 @@ def test_call_setup_runs_untimed_before_each_call():
     timer = Timer("cpu", TimingPolicy(warmup=1, reps=2, min_time_s=0, flush_mb=0))
     assert len(timer.samples(call)[0]) == 2
     assert seen == ["setup", "fn"] * 3
+
+
+def test_rounds_rotate_so_no_call_always_follows_the_same_one():
+    seen: list[str] = []
+    timer = Timer("cpu", TimingPolicy(warmup=0, reps=3, min_time_s=0, flush_mb=0))
+    fns = [lambda name=name: seen.append(name) for name in "abc"]
+    assert [len(t) for t in timer.samples(*fns)] == [3, 3, 3]
+    assert "".join(seen) == "abc" + "bca" + "cab"
