@@ -3,7 +3,7 @@
 For every shape (``d_model x d_ffn``), storage dtype, batch, op and sparsity it times each
 sparse backend and the dense kernels on the full matrices in the same run: ``torch.matmul``
 (``torch_dense``) and, on the CPU, our own dense kernel (``ours_dense``, the decoder's
-``linear``), calls interleaved (dense, dense, sparse, dense, dense, sparse, ...; medians after
+``linear``), calls interleaved in rounds (each round rotated by one call; medians after
 warm-up, cache flushed before each call, see :mod:`powerbench.ops.bench_timing`). "Dense"
 for a (op, dtype, batch) is whichever dense kernel is faster over all its calls; each row's
 ``dense_time_us`` is that kernel's median over the calls interleaved with the row's own.
