@@ -163,9 +163,12 @@ def test_call_setup_runs_untimed_before_each_call():
     assert seen == ["setup", "fn"] * 3
 
 
-def test_rounds_rotate_so_no_call_always_follows_the_same_one():
+def test_rounds_shuffle_so_no_call_always_follows_the_same_one():
     seen: list[str] = []
     timer = Timer("cpu", TimingPolicy(warmup=0, reps=2, min_time_s=0, flush_mb=0))
-    fns = [lambda name=name: seen.append(name) for name in "abc"]
-    assert [len(t) for t in timer.samples(*fns)] == [3, 3, 3]  # whole turns: 3 rounds
-    assert "".join(seen) == "abc" + "bca" + "cab"
+    fns = [lambda name=name: seen.append(name) for name in "abcd"]
+    assert [len(t) for t in timer.samples(*fns)] == [4] * 4  # at least one round per call
+    rounds = ["".join(seen[i:i + 4]) for i in range(0, 16, 4)]
+    assert all(sorted(r) == list("abcd") for r in rounds)  # each call once per round
+    before_b = {r[r.index("b") - 1] for r in rounds if not r.startswith("b")}
+    assert len(rounds) == 4 and len(set(rounds)) > 1 and len(before_b) > 1
