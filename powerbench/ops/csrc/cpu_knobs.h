@@ -40,8 +40,8 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"chunks_per_thread", 4, 1, 64},
     {"head_prefetch", 0, 0, 1},
     {"wake_ahead_us", 200, 0, 100000},
-    {"wake_ahead_pct", 10, 0, 90},
-    {"wide_adjacent_pct", 30, 0, 101},
+    {"wake_ahead_pct", 0, 0, 90},
+    {"wide_adjacent_pct", 0, 0, 101},
     {"one_slot_adjacent_pct", 95, 0, 100},
 };
 

@@ -52,22 +52,22 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 // Row slots per thread for a batch-1 gather of scattered rows: twice kRowGroup where the
 // registers hold it (AVX-512: 8 rows x 2 accumulators; AVX2 has 16 registers, keeps 4).
 // The read-only gather probe (gather_probe_impl.h) read scattered rows faster with 8 slots
-// per thread than with 4 (2026-11-26 12:06 UTC, load 1.6, 4096x16384 at 90% sparsity: fp16
-// row 64 vs 56 GB/s, axpy 60 vs 48, fp32 axpy 63 vs 52) but consecutive rows slower (0%:
-// 42-46 vs 46-50 GB/s), so the kernels take 8 only where few ids follow their predecessor.
+// than with 4 in a fixed call order (2026-11-26 12:06 UTC: fp16 row 90% 64 vs 56 GB/s), but
+// with each benchmark round in a random order (12:34 UTC, load 0.9-1.1) 8 slots showed no
+// gain in the operators (fp16/fp32 row, axpy, ffn_gated at 90%: within +-10%, either way),
+// so knob wide_adjacent_pct stays 0 (off).
 constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 
 // Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
 // one_slot_adjacent_pct percent (default 95: mostly consecutive rows): 1 slot, one stream
 // per thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
 // sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
-// percent (default 30: scattered rows): kMaxSlots; else kRowGroup. Either knob 0: off. O(n).
-// Same-process A/B (bench-operators task.variants, 4096x16384 b1; 2026-11-26 12:13 UTC,
-// load 1.5-1.6, and 12:16 UTC, load 2.8-3.3), default vs wide 30 + one slot: fp16 row 0%
-// 0.85x/0.78x -> 0.93x/0.91x dense, 90% 7.40x/7.18x -> 12.69x/9.24x; axpy 0% 1.01x/0.98x ->
-// 1.13x/1.09x, 90% 9.37x/7.81x -> 11.14x/10.54x; ffn_gated 0% 0.93x/0.91x -> 1.05x/1.04x,
-// 90% 8.20x/8.25x -> 10.20x/9.00x; fp32 within noise at 0-50%, 90% +1-14% (ffn_gated -3%).
-// One slot at >= 85% adjacency (10% sparsity too) lost at 10% (axpy 1.55x -> 1.37x): 95.
+// percent (default 0: off) kMaxSlots; else kRowGroup. O(n).
+// Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
+// sparsity: 12:13 UTC (load 1.5) fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x;
+// 12:34 UTC (random round order, load 0.9-1.1) fp16 row 0.88x -> 0.94-0.96x, ffn_gated
+// 0.90x -> 1.07-1.08x, axpy 1.03x -> 1.00-1.11x, fp32 0.96-0.99x -> 0.99-1.02x. One slot
+// from 85% adjacency on (10% sparsity too) lost at 10% (axpy fp16 1.55x -> 1.37x): 95.
 inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
   const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
   if (B != 1 || idx == nullptr || n < 2 || (wide == 0 && one == 0)) return kRowGroup;

@@ -117,12 +117,10 @@ class Pool {
   // Same-process A/B (bench-operators task.variants, 09:28 UTC, load 1.0-1.2, fp16 b1
   // 4096x16384): wake_ahead_us 200 vs 0 took row 90% from 347 to 270 us (8.6x -> 11.0x
   // dense), 99% from 89 to 42 us, ffn_relu 90% 7.7x -> 9.7x; 1000 was no better overall.
-  // The window is the longer of wake_ahead_us and knob wake_ahead_pct percent of the
-  // predicted gap (default 10): gaps of several ms vary by more than 200 us. Same-process
-  // A/B (12:16 UTC, load 2.8-3.3, with 8/1 row slots, fp16 b1): pct 0 / 10 / 30: row 90%
-  // 9.24x / 11.09x / 11.96x dense, axpy 90% 10.54x / 13.32x / 15.61x, ffn_gated 90% 9.00x /
-  // 10.02x / 10.29x, 0-50% within noise; 30 wins more in the benchmark but keeps a helper
-  // spinning through ~60% of every gap, taking a core from other work on a shared machine.
+  // Knob wake_ahead_pct widens the window to that percentage of the predicted gap. It
+  // looked better in a fixed call order (12:16 UTC: fp16 row 90% 9.2x -> 11.1x dense at
+  // 10%), but that order favoured whichever setting did not follow the dense kernel; with
+  // each benchmark round in a random order (12:34 UTC) it showed no gain: default 0 (off).
   void helper_loop(int id, uint64_t seen) {
     Clock::duration idle[kIdleKept] = {};  // the last sleeps' lengths (0: none yet)
     int next = 0;
