@@ -3,13 +3,15 @@
 For every shape (``d_model x d_ffn``), storage dtype, batch, op and sparsity it times each
 sparse backend and the dense kernels on the full matrices in the same run: ``torch.matmul``
 (``torch_dense``) and, on the CPU, our own dense kernel (``ours_dense``, the decoder's
-``linear``), calls interleaved (dense, dense, sparse, dense, dense, sparse, ...; medians after
+``linear``), calls interleaved in rounds (each round rotated by one call; medians after
 warm-up, cache flushed before each call, see :mod:`powerbench.ops.bench_timing`). "Dense"
 for a (op, dtype, batch) is whichever dense kernel is faster over all its calls; each row's
 ``dense_time_us`` is that kernel's median over the calls interleaved with the row's own.
 A STREAM-like read probe runs first; achieved GB/s is reported on the bytes actually
 touched (active weight rows plus activations), beside the dense kernel's GB/s on its bytes
 and the ideal speedup 1 / (1 - s) of reading a fraction 1 - s of the rows at its bandwidth.
+On the CPU a read-only gather probe over the same rows, timed in the same rounds, gives
+each row the machine's ceiling (:mod:`powerbench.ops.bench_ceiling`).
 
 Data are built so that every neuron in the active set is truly active (x >= 0 and a gate
 with positive mean, fc1 bias > 0): a perfect predictor. The compiled kernels skip neurons
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
+from powerbench.ops.bench_ceiling import ceiling, probe_calls, probe_ops
 from powerbench.ops.bench_report import ResultRow, format_row
 from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.ops.cpu_knobs import knob_vector, parse_variant
@@ -267,25 +270,33 @@ class _Case:
 def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: LayerData,
                 x: torch.Tensor, coeffs: torch.Tensor, contenders: list[Contender],
                 dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
-                home: str, log: Callable[[str], None]) -> list[ResultRow]:
+                home: str, probe: SparseOps | None, log: Callable[[str], None]
+                ) -> list[ResultRow]:
     compiled = [c for c in contenders if c.isa]
     switch = len({(c.isa, c.variant) for c in compiled}) > 1 or any(c.variant for c in compiled)
     dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
+    home_call = None
     if switch:  # the dense kernels on the path chosen at load, with the default knobs
         home_call = replace(compiled[0], isa=home, variant="",
                             knobs=tuple(knob_vector({}, compiled[0].ops.knob_specs())))
         dense_calls = {name: replace(home_call, isa=home if name == OURS_DENSE else "").wrap(
             call, True) for name, call in dense_calls.items()}
     dense_names = list(dense_calls)
-    per_sparsity: list[tuple[float, int, dict[str, list[float]], list[list[float]]]] = []
+    per_sparsity = []
     for sparsity in cfg.sparsities:
         idx = active_ids(case.d_ffn, sparsity, gen, cfg.device)
         calls = [c.wrap(sparse_fn(case.op, c.ops, layer, x, coeffs, idx), switch)
                  for c in contenders]
-        samples = timer.samples(*dense_calls.values(), *calls)
+        # the gather probe over the same rows, in the same rounds (home path, default knobs)
+        probes = [replace(home_call, isa=home).wrap(p, True) if switch else p
+                  for p in probe_calls(probe, case.op, layer, idx)]
+        samples = timer.samples(*dense_calls.values(), *calls, *probes)
+        nd, nc = len(dense_names), len(calls)
+        weight_bytes = MATRICES[case.op] * idx.numel() * case.d_model * case.es
         per_sparsity.append((sparsity, idx.numel(), dict(zip(dense_names, samples, strict=False)),
-                             samples[len(dense_names):]))
-    pooled = {name: [t for _, _, d, _ in per_sparsity for t in d[name]] for name in dense_names}
+                             samples[nd:nd + nc], ceiling(samples[nd + nc:], weight_bytes)))
+    pooled = {name: [t for _, _, d, _, _ in per_sparsity for t in d[name]]
+              for name in dense_names}
     medians = {name: statistics.median(v) for name, v in pooled.items()}
     best = min(medians, key=medians.__getitem__)
     full_bytes = touched_bytes(case.op, case.d_ffn, case.d_model, case.batch, case.es, case.es)
@@ -294,15 +305,18 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                 batch=case.batch, dense_kernel=best, dense_gbps=dense_gbps,
                 bandwidth_gbps=bandwidth.gbps, huge_page_fraction=case.huge_page_fraction)
     rows: list[ResultRow] = []
-    for sparsity, n_active, dense_s, sparse_s in per_sparsity:
+    for sparsity, n_active, dense_s, sparse_s, ceil in per_sparsity:
         nbytes = touched_bytes(case.op, n_active, case.d_model, case.batch, case.es, case.es)
         t_dense = statistics.median(dense_s[best])
+        limit = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
+                     ceiling_probe=ceil.probe) if ceil else {}
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
             rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
                                   sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
-                                  speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **base))
+                                  speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **limit,
+                                  **base))
             log(format_row(rows[-1]))
     for name in dense_names:
         t = medians[name]
@@ -318,6 +332,7 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                   ) -> tuple[list[ResultRow], Bandwidth]:
     contenders = make_contenders(cfg)
     dense = dense_kernels(cfg)
+    probe = probe_ops(cfg.device)
     bandwidth = measure_bandwidth(cfg)
     home = loaded_isa(contenders)
     log(f"# device={cfg.device} threads={torch.get_num_threads()} "
@@ -344,7 +359,7 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
                             case = _Case(op, shape, dtype_name, batch, d_model, d_ffn, es,
                                          pages.fraction)
                             rows += _measure_op(case, cfg, timer, layer, x, coeffs, contenders,
-                                                dense, bandwidth, gen, home, log)
+                                                dense, bandwidth, gen, home, probe, log)
                     del layer
     finally:
         if home:  # back on the path chosen at load, with the default knobs

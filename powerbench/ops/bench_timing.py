@@ -12,6 +12,7 @@ host, 2026-11-25 22:09 UTC, 256 MB fp32 GEMV with our dense kernel: 30 GB/s afte
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ class Timer:
     def __init__(self, device: str, policy: TimingPolicy) -> None:
         self.device = device
         self.policy = policy
+        self._order = random.Random(0)  # the rounds' call orders (reproducible)
         # On a GPU the flush also keeps the device busy while the host enqueues the timed
         # call, so the events time the GPU's work, not the host's launch path (a decode loop
         # whose host runs ahead, or a CUDA graph, hides that path the same way): at least
@@ -95,7 +97,9 @@ class Timer:
         return statistics.median(self.samples(fn)[0])
 
     def samples(self, *fns: Callable[[], object]) -> list[list[float]]:
-        """Per-call seconds of each function, timed interleaved (f0, f1, f0, f1, ...).
+        """Per-call seconds of each function, timed interleaved: every function once per
+        round, each round in a fresh seeded random order, at least as many rounds as
+        functions.
 
         On a shared machine the load drifts; interleaving makes a sparse call and its dense
         reference see the same conditions, so their ratio is robust even when absolute
@@ -109,11 +113,17 @@ class Timer:
         if self.device == "cuda":
             torch.cuda.synchronize()
         times: list[list[float]] = [[] for _ in fns]
-        while len(times[0]) < p.reps or (
-            sum(map(sum, times)) < p.min_time_s and len(times[0]) < p.max_reps
-        ):
-            for fn, out in zip(fns, times, strict=True):
-                out.append(self._once(fn))
+        rounds = 0
+        while (len(times[0]) < p.reps or rounds < len(fns) or
+               (sum(map(sum, times)) < p.min_time_s and len(times[0]) < p.max_reps)):
+            # each round in its own (seeded) order, at least as many rounds as functions:
+            # a call's time depends on the call before it (2026-11-26 12:33 UTC, fp16 row
+            # 4096x16384 90% sparse: 7.5x dense right after the dense kernel, 11-14x after
+            # another sparse call), so in a fixed order, or one merely rotated (the same
+            # predecessors), the contender placed after the dense kernels lost ~1.5x
+            for i in self._order.sample(range(len(fns)), len(fns)):
+                times[i].append(self._once(fns[i]))
+            rounds += 1
         return times
 
 

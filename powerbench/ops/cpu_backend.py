@@ -10,6 +10,8 @@ checks run in C++ (O(n), no extra torch ops).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from powerbench.ops.cpu_knobs import KnobSpec, check_knobs, knob_specs, knob_vector
@@ -18,6 +20,8 @@ from powerbench.ops.extension_build import load_cpu_extension
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.isa import choose_isa, requested_isa
 from powerbench.ops.weights import GATED_KINDS, ReluFFNWeights
+
+PROBE_MODES = ("slots", "runs", "wide")  # the gather probe's ways of reading (csrc: ProbeMode)
 
 
 class CpuSparseOps(SparseOps):
@@ -38,6 +42,7 @@ class CpuSparseOps(SparseOps):
         self._linear_op = ops.linear.default
         self._read_sum_op = ops.read_bandwidth_sum.default
         self._threads_used_op = ops.threads_used.default
+        self._gather_probe_op = ops.gather_probe.default
 
     @classmethod
     def create(cls) -> CpuSparseOps:
@@ -141,6 +146,20 @@ class CpuSparseOps(SparseOps):
     def read_sum(self, buf: torch.Tensor) -> float:
         """Sum of a contiguous fp32 buffer read by all threads (bandwidth probe)."""
         return self._read_sum_op(buf)
+
+    def gather_probe(self, mats: Sequence[torch.Tensor], idx: torch.Tensor, mode: str = "slots",
+                     *, check: bool = True) -> int:
+        """Read rows ``idx`` of every matrix in ``mats`` (2-D, contiguous, any dtype, the
+        same row count) as a sparse operator reads them, with plain vector loads and nothing
+        else, on the operators' threads: the machine's ceiling for that gather
+        (``csrc/gather_probe_impl.h``). ``mode``: ``"slots"`` (the operators' 4-slot
+        schedule), ``"wide"`` (the same with 8 slots on AVX-512) or ``"runs"`` (runs of
+        adjacent rows merged, one stream per thread).
+        Returns the sum modulo 2**32 of each row's bytes as little-endian 32-bit words (a
+        last partial word zero-padded)."""
+        if mode not in PROBE_MODES:
+            raise ValueError(f"gather probe mode must be one of {list(PROBE_MODES)}, got {mode!r}")
+        return self._gather_probe_op(list(mats), idx, PROBE_MODES.index(mode), check)
 
     def threads_used(self) -> int:
         """Workers that took part in a 100 ms probe job (follows ``torch.set_num_threads``)."""

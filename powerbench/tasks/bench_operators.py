@@ -17,7 +17,13 @@ from powerbench.config import PowerbenchConfig
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.ops.bench import QUICK, OperatorBenchConfig
 from powerbench.ops.bench import run_benchmark as measure_operators
-from powerbench.ops.bench_report import huge_page_note, plot_speedup, record, target_notes
+from powerbench.ops.bench_report import (
+    ceiling_notes,
+    huge_page_note,
+    plot_speedup,
+    record,
+    target_notes,
+)
 from powerbench.ops.bench_timing import timing_notes
 from powerbench.tasks.config import BenchOperatorsTask
 from powerbench.threads import torch_threads
@@ -25,9 +31,10 @@ from powerbench.threads import torch_threads
 KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
 SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
          "dense_time_us", "speedup", "ideal_speedup", "achieved_gbps", "dense_gbps",
-         "dense_fraction", "bandwidth_fraction")
+         "dense_fraction", "bandwidth_fraction", "ceiling_gbps", "ceiling_fraction",
+         "ceiling_speedup")
 METRICS = ("time_us", "dense_time_us", "speedup", "achieved_gbps", "dense_gbps",
-           "dense_fraction")
+           "dense_fraction", "ceiling_gbps", "ceiling_fraction", "ceiling_speedup")
 
 
 def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
@@ -69,7 +76,7 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
                "speedup = dense time / sparse time, interleaved in the same run; ideal = "
                "1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s",
-               huge_page_note(rows, bench.huge_pages),
+               *ceiling_notes(rows, bandwidth.gbps), huge_page_note(rows, bench.huge_pages),
                *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},
                 "isa": isa, "bandwidth_gbps": round(bandwidth.gbps, 2),

@@ -11,6 +11,7 @@ from dataclasses import fields
 import pytest
 
 from powerbench.ops import bench
+from powerbench.ops.bench_ceiling import PROBES
 from powerbench.ops.bench_report import ResultRow
 from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.paths import repo_root
@@ -31,6 +32,7 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == (*(f.name for f in fields(ResultRow)), "sparsity_pct",
                                             "label", "ideal_speedup", "dense_fraction",
+                                            "ceiling_fraction", "ceiling_speedup",
                                             "bandwidth_fraction")
         rows = list(reader)
     # 2 dtypes x 2 batches x 4 ops x (2 dense kernels + 2 sparsities x 2 backends)
@@ -48,6 +50,21 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
         assert math.isclose(float(r["dense_fraction"]), gbps / dense_gbps, rel_tol=1e-3)
         assert math.isclose(float(r["ideal_speedup"]), 1 / (1 - float(r["sparsity"])),
                             rel_tol=1e-3)
+    # every sparse row has the gather probe's ceiling over its own rows; dense rows none
+    for r in rows:
+        ceil_t = float(r["ceiling_time_us"])
+        if r["backend"] in ("torch_dense", "ours_dense"):
+            assert ceil_t == 0 and r["ceiling_probe"] == ""
+            assert r["ceiling_fraction"] in ("", "nan")
+            continue
+        t, dense = float(r["time_us"]), float(r["dense_time_us"])
+        assert ceil_t > 0 and r["ceiling_probe"] in PROBES
+        assert math.isclose(float(r["ceiling_fraction"]), ceil_t / t, rel_tol=1e-3)
+        assert math.isclose(float(r["ceiling_speedup"]), dense / ceil_t, rel_tol=1e-3)
+        n_active = round(256 * (1 - float(r["sparsity"])))
+        es = 4 if r["dtype"] == "fp32" else 2
+        weight_bytes = bench.MATRICES[r["op"]] * n_active * 64 * es
+        assert math.isclose(float(r["ceiling_gbps"]), weight_bytes / ceil_t / 1e3, rel_tol=1e-3)
     # the faster dense kernel is the reference: its own row's speedup is 1
     best = [r for r in rows if r["backend"] == r["dense_kernel"]]
     assert best and all(math.isclose(float(r["speedup"]), 1.0) for r in best)
@@ -144,3 +161,14 @@ def test_call_setup_runs_untimed_before_each_call():
     timer = Timer("cpu", TimingPolicy(warmup=1, reps=2, min_time_s=0, flush_mb=0))
     assert len(timer.samples(call)[0]) == 2
     assert seen == ["setup", "fn"] * 3
+
+
+def test_rounds_shuffle_so_no_call_always_follows_the_same_one():
+    seen: list[str] = []
+    timer = Timer("cpu", TimingPolicy(warmup=0, reps=2, min_time_s=0, flush_mb=0))
+    fns = [lambda name=name: seen.append(name) for name in "abcd"]
+    assert [len(t) for t in timer.samples(*fns)] == [4] * 4  # at least one round per call
+    rounds = ["".join(seen[i:i + 4]) for i in range(0, 16, 4)]
+    assert all(sorted(r) == list("abcd") for r in rounds)  # each call once per round
+    before_b = {r[r.index("b") - 1] for r in rounds if not r.startswith("b")}
+    assert len(rounds) == 4 and len(set(rounds)) > 1 and len(before_b) > 1

@@ -52,7 +52,10 @@ def test_extension_reports_its_knobs_and_refuses_bad_values(cpu_ops):
 
 SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "run_kb": 4096},
             {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1},
-            {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000})
+            {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000},
+            {"wake_ahead_pct": 50},
+            {"wide_adjacent_pct": 101}, {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
+            {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -76,17 +79,17 @@ def test_results_do_not_depend_on_the_knobs(cpu_ops, gen, dtype):
         assert torch.equal(out, outs[0])
 
 
-@pytest.mark.parametrize("wake_ahead_us", [0, 300, 100000])
-def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_us):
+@pytest.mark.parametrize("wake_ahead_us, pct", [(0, 0), (300, 0), (100000, 0), (50, 60)])
+def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_us, pct):
     """Helpers that sleep between calls (spin_us 0) and wake by the clock before the next
-    call is due (wake_ahead_us; 100 ms: every wake is early and times out) still take part
-    in every job and leave the results unchanged."""
+    call is due (wake_ahead_us, or wake_ahead_pct of the gap; 100 ms: every wake is early
+    and times out) still take part in every job and leave the results unchanged."""
     w = torch.randn(4096, 256, generator=gen)
     x = torch.randn(1, 256, generator=gen)
     idx = torch.arange(0, 4096, 2)
     expected = cpu_ops.row(w, x, idx)
     try:
-        cpu_ops.set_knobs({"spin_us": 0, "wake_ahead_us": wake_ahead_us})
+        cpu_ops.set_knobs({"spin_us": 0, "wake_ahead_us": wake_ahead_us, "wake_ahead_pct": pct})
         for _ in range(12):
             time.sleep(0.002)
             assert torch.equal(cpu_ops.row(w, x, idx), expected)

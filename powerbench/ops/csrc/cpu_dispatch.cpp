@@ -107,6 +107,11 @@ double read_sum(const float* buf, int64_t n, int threads) {
   return active().read_sum_fn(buf, n, threads);
 }
 
+uint32_t gather_probe(const void* w, int64_t row_len, int64_t elem_bytes, const int64_t* idx,
+                      int64_t n, int mode, int threads) {
+  return active().gather_probe_fn(w, row_len, elem_bytes, idx, n, mode, threads);
+}
+
 int threads_used(int threads) { return probe_workers(threads, 200, 500); }
 
 void rms_norm(WType t, const void* x, const void* weight, int64_t R, int64_t D, float eps,

@@ -22,6 +22,7 @@ struct KernelTable {
   decltype(&::pbops::from_float) from_float_fn;
   decltype(&::pbops::activate) activate_fn;
   decltype(&::pbops::read_sum) read_sum_fn;
+  decltype(&::pbops::gather_probe) gather_probe_fn;
   decltype(&::pbops::rms_norm) rms_norm_fn;
   decltype(&::pbops::gated_activation) gated_activation_fn;
   decltype(&::pbops::decode_attention) decode_attention_fn;

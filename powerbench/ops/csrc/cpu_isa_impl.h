@@ -11,6 +11,7 @@ namespace {
 #include PBOPS_ISA_SIMD
 #include "sparse_cpu_kernels_impl.h"
 #include "decode_cpu_kernels_impl.h"
+#include "gather_probe_impl.h"
 
 void row(WType wt, const void* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
          int64_t n, const float* bias, bool relu, float* out, int64_t ldo, bool scatter,
@@ -93,7 +94,8 @@ void decode_attention(WType t, const void* qkv, const void* cos, const void* sin
 }  // namespace
 
 const KernelTable kTable = {PBOPS_ISA_NAME, row, axpy, gated_hidden, dense, to_float,
-                            from_float, activate_impl, read_sum_impl, rms_norm, gated_activation,
+                            from_float, activate_impl, read_sum_impl, gather_probe_impl,
+                            rms_norm, gated_activation,
                             decode_attention};
 
 }  // namespace PBOPS_ISA

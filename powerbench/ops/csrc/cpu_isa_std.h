@@ -2,6 +2,7 @@
 // `#pragma GCC target` (see cpu_isa_impl.h for why the order matters).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>

@@ -19,6 +19,9 @@ enum Knob : int {
   kKnobChunksPerThread,    // at least this many claimed chunks per thread (caps the chunk size)
   kKnobHeadPrefetch,       // 1: a chunk's first rows have their first lines prefetched at once
   kKnobWakeAheadUs,        // a sleeping helper wakes this long before the next job is due (0: off)
+  kKnobWakeAheadPct,       // ... or this percentage of the predicted gap, if longer (0: off)
+  kKnobWideAdjacentPct,    // batch 1: 2x row slots where < this % of ids follow their predecessor
+  kKnobOneSlotAdjacentPct, // batch 1: one row slot where >= this % of ids do (0: off)
   kKnobCount
 };
 
@@ -37,11 +40,15 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"chunks_per_thread", 4, 1, 64},
     {"head_prefetch", 0, 0, 1},
     {"wake_ahead_us", 200, 0, 100000},
+    {"wake_ahead_pct", 0, 0, 90},
+    {"wide_adjacent_pct", 0, 0, 101},
+    {"one_slot_adjacent_pct", 95, 0, 100},
 };
 
 inline std::atomic<int64_t> g_knobs[kKnobCount] = {
     kKnobSpecs[0].value, kKnobSpecs[1].value, kKnobSpecs[2].value,
-    kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value, kKnobSpecs[6].value};
+    kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value, kKnobSpecs[6].value,
+    kKnobSpecs[7].value, kKnobSpecs[8].value, kKnobSpecs[9].value};
 
 inline int64_t knob(Knob k) { return g_knobs[k].load(std::memory_order_relaxed); }
 

@@ -580,6 +580,30 @@ double read_bandwidth_sum(const at::Tensor& buf) {
   return pbops::read_sum(buf.data_ptr<float>(), buf.numel(), threads());
 }
 
+// The read-only gather probe over the same rows of every matrix in `mats` (each 2-D,
+// contiguous, any dtype, the same number of rows): the sum modulo 2^32 of the bytes read as
+// 32-bit words per row (gather_probe in sparse_cpu_kernels.h). mode 0: the operators'
+// row-slot schedule, 1: merged runs of adjacent rows.
+int64_t gather_probe(const std::vector<at::Tensor>& mats, const at::Tensor& idx, int64_t mode,
+                     bool check) {
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "gather probe mode must be 0 (slots), 1 (runs) or 2 (wide), got ",
+                    std::to_string(mode));
+  TORCH_CHECK_VALUE(!mats.empty(), "gather probe needs at least one matrix");
+  const int64_t N = mats[0].dim() == 2 ? mats[0].size(0) : -1;
+  for (const at::Tensor& m : mats)
+    TORCH_CHECK_VALUE(m.device().is_cpu() && m.dim() == 2 && m.is_contiguous() &&
+                          m.size(0) == N,
+                      "gather probe matrices must be contiguous 2-D CPU tensors with the same "
+                      "number of rows");
+  at::Tensor keep;
+  const int64_t* ids = id_data(idx, N, check, keep);
+  uint32_t total = 0;
+  for (const at::Tensor& m : mats)
+    total += pbops::gather_probe(m.data_ptr(), m.size(1), int64_t(m.element_size()), ids,
+                                 idx.numel(), int(mode), threads());
+  return int64_t(total);
+}
+
 int64_t threads_used() { return pbops::threads_used(threads()); }
 
 // ---- ISA paths (cpu_isa.h): which the CPU supports, which runs, choose one ----------------
@@ -661,6 +685,7 @@ TORCH_LIBRARY(powerbench_cpu, m) {
         " Tensor(b!) v_cache, int pos, int n_heads, float scale) -> Tensor",
         &decode_attention);
   m.def("read_bandwidth_sum(Tensor buf) -> float", &read_bandwidth_sum);
+  m.def("gather_probe(Tensor[] mats, Tensor idx, int mode, bool check) -> int", &gather_probe);
   m.def("threads_used() -> int", &threads_used);
   m.def("cpu_isas() -> str[]", &cpu_isas);
   m.def("cpu_isa() -> str", &cpu_isa);

@@ -52,6 +52,14 @@ void from_float(WType t, const float* src, int64_t n, void* dst);
 // Sum of buf[0..n) read with all threads (memory read-bandwidth probe).
 double read_sum(const float* buf, int64_t n, int threads);
 
+// Read-only gather probe (gather_probe_impl.h): reads the rows idx[0..n) (row_len elements
+// of elem_bytes each) of a row-major matrix with plain vector loads on `threads` workers,
+// in the operators' row-slot schedule (mode 0) or as merged runs of adjacent rows (mode 1),
+// and returns the sum modulo 2^32 of each row's bytes as little-endian 32-bit words (a last
+// partial word zero-padded). The ceiling of a sparse operator's reads on this machine.
+uint32_t gather_probe(const void* w, int64_t row_len, int64_t elem_bytes, const int64_t* idx,
+                      int64_t n, int mode, int threads);
+
 // Distinct workers that took part in a probe job run with `threads` (tests the pool).
 int threads_used(int threads);
 

@@ -49,26 +49,59 @@ constexpr int64_t kChunk = 256;
 // (row 0%: 0.91x / 0.85x vs 1.02x dense; 50%: 1.56x / 1.55x vs 1.61x) and 1 KiB mixed.
 constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows of the slot
 
-// Rows per claimed chunk when n rows of row_bytes each are shared by nt threads.
-inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt) {
+// Row slots per thread for a batch-1 gather of scattered rows: twice kRowGroup where the
+// registers hold it (AVX-512: 8 rows x 2 accumulators; AVX2 has 16 registers, keeps 4).
+// The read-only gather probe (gather_probe_impl.h) read scattered rows faster with 8 slots
+// than with 4 in a fixed call order (2026-11-26 12:06 UTC: fp16 row 90% 64 vs 56 GB/s), but
+// with each benchmark round in a random order (12:34 UTC, load 0.9-1.1) 8 slots showed no
+// gain in the operators (fp16/fp32 row, axpy, ffn_gated at 90%: within +-10%, either way),
+// so knob wide_adjacent_pct stays 0 (off).
+constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
+
+// Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
+// one_slot_adjacent_pct percent (default 95: mostly consecutive rows): 1 slot, one stream
+// per thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
+// sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
+// percent (default 0: off) kMaxSlots; else kRowGroup. O(n).
+// Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
+// sparsity: 12:13 UTC (load 1.5) fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x;
+// 12:34 UTC (random round order, load 0.9-1.1) fp16 row 0.88x -> 0.94-0.96x, ffn_gated
+// 0.90x -> 1.07-1.08x, axpy 1.03x -> 1.00-1.11x, fp32 0.96-0.99x -> 0.99-1.02x. One slot
+// from 85% adjacency on (10% sparsity too) lost at 10% (axpy fp16 1.55x -> 1.37x): 95.
+inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
+  const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
+  if (B != 1 || idx == nullptr || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
+  int64_t adjacent = 0;
+  for (int64_t j = 1; j < n; ++j) adjacent += idx[j] == idx[j - 1] + 1;
+  if (one > 0 && adjacent * 100 >= one * (n - 1)) return 1;
+  if (kMaxSlots > kRowGroup && adjacent * 100 < wide * (n - 1)) return kMaxSlots;
+  return kRowGroup;
+}
+
+// Rows per claimed chunk when n rows of row_bytes each are shared by nt threads, read by
+// `slots` row slots per thread.
+inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt, int slots = kRowGroup) {
   const int64_t run_bytes = knob(kKnobRunKB) << 10;
   const int64_t run = (run_bytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
-  int64_t r = kRowGroup * run;
+  int64_t r = slots * run;
   const int64_t per = knob(kKnobChunksPerThread) * nt;
   const int64_t balanced = (n + per - 1) / per;
   r = r < balanced ? r : balanced;
   return r < 1 ? 1 : r;
 }
 
-// The positions [p0, p1) of one chunk dealt to the kRowGroup slots as contiguous runs of
-// `run` positions: slot q takes p0 + q run, p0 + q run + 1, ... (see the top of the file).
+// The positions [p0, p1) of one chunk dealt to the `slots` slots (at most kMaxSlots) as
+// contiguous runs of `run` positions: slot q takes p0 + q run, p0 + q run + 1, ... (see the
+// top of the file).
 struct SlotRuns {
-  int64_t p0, p1, run;
-  SlotRuns(int64_t b, int64_t e) : p0(b), p1(e), run((e - b + kRowGroup - 1) / kRowGroup) {}
+  int64_t p0, p1;
+  int slots;
+  int64_t run;
+  SlotRuns(int64_t b, int64_t e, int s) : p0(b), p1(e), slots(s), run((e - b + s - 1) / s) {}
   // the positions of step t < run, one per slot that still has one (always slots 0..c-1)
   int at(int64_t t, int64_t* pos) const {
     int c = 0;
-    for (int q = 0; q < kRowGroup; ++q) {
+    for (int q = 0; q < slots; ++q) {
       const int64_t p = p0 + q * run + t;
       if (p >= p1) break;
       pos[c++] = p;
@@ -87,9 +120,9 @@ inline void rows_at(const WT* base, int64_t row_len, const int64_t* ids, const i
 // f(pos, count, next, next_count) for every step of the chunk [p0, p1): the positions the
 // slots read now and those they read at the next step (next_count 0 at the last step).
 template <typename F>
-inline void walk_slots(int64_t p0, int64_t p1, F&& f) {
-  const SlotRuns runs(p0, p1);
-  int64_t pos[2][kRowGroup];
+inline void walk_slots(int64_t p0, int64_t p1, int slots, F&& f) {
+  const SlotRuns runs(p0, p1, slots);
+  int64_t pos[2][kMaxSlots];
   int count = runs.at(0, pos[0]);
   for (int64_t t = 0; t < runs.run; ++t) {
     int64_t* cur = pos[t & 1];
@@ -139,20 +172,23 @@ inline void* thread_scratch(int slot, size_t bytes) {
 // prefetch is one compare and a select (a loop with branches here measured 1.5-2x slower
 // on 576-wide fp16 rows, one thread: the prefetch code must stay out of the loads' way).
 struct RowStreams {
-  const char* ahead[kRowGroup];  // cur[q] + d
-  const char* after[kRowGroup];  // next[q] + d - row_bytes
+  const char* ahead[kMaxSlots];  // cur[q] + d
+  const char* after[kMaxSlots];  // next[q] + d - row_bytes
+  int streams = kRowGroup;       // q < streams (at least kRowGroup: short groups repeat a row)
   int64_t switch_off = 0;        // offsets from here on prefetch into the next rows
   int64_t dist = 0;              // d
 
   template <typename WT>
   RowStreams(const WT* const* rows, int count, const WT* const* next_rows, int next_count,
-             int64_t row_len) {
+             int64_t row_len, int slots = kRowGroup) {
     const int64_t row_bytes = row_len * int64_t(sizeof(WT));
-    const int64_t pf = knob(kKnobPrefetchBytes);
+    // fewer slots than kRowGroup: each prefetches further (the same bytes in flight)
+    const int64_t pf = knob(kKnobPrefetchBytes) * (slots < kRowGroup ? kRowGroup / slots : 1);
     const int64_t d = row_bytes < kShortRowBytes || pf > row_bytes ? row_bytes : pf;
     switch_off = row_bytes - d;
     dist = d;
-    for (int q = 0; q < kRowGroup; ++q) {
+    streams = count > kRowGroup || slots < kRowGroup ? (count > 0 ? count : 1) : kRowGroup;
+    for (int q = 0; q < streams; ++q) {
       const char* cur =
           reinterpret_cast<const char*>(rows[q < count ? q : (count > 1 ? count - 1 : 0)]);
       const char* next = next_count > 0 ? reinterpret_cast<const char*>(
@@ -167,13 +203,13 @@ struct RowStreams {
   inline void head(int64_t p, int64_t p0) const {
     if (p != p0 || !knob(kKnobHeadPrefetch)) return;
     for (int64_t o = 0; o < dist; o += 64)
-      for (int q = 0; q < kRowGroup; ++q) prefetch_l2(ahead[q] - dist + o);
+      for (int q = 0; q < streams; ++q) prefetch_l2(ahead[q] - dist + o);
   }
   // prefetch the lines d ahead of bytes [off, off + len) of every slot
   inline void at(int64_t off, int64_t len) const {
     for (int64_t o = off; o < off + len; o += 64) {
       const char* const* base = o < switch_off ? ahead : after;
-      for (int q = 0; q < kRowGroup; ++q) prefetch_l2(base[q] + o);
+      for (int q = 0; q < streams; ++q) prefetch_l2(base[q] + o);
     }
   }
 };
@@ -374,23 +410,25 @@ struct GroupScratch {
   float* wbuf;
   const bf16* xb;  // the tokens as bf16 for the bf16 dot product (bf16_tokens), or null
   GroupScratch(int64_t B, const bf16* xb_) : xb(xb_) {
-    res = static_cast<float*>(thread_scratch(0, sizeof(float) * 2 * kRowGroup * B));
-    res2 = res + kRowGroup * B;
+    res = static_cast<float*>(thread_scratch(0, sizeof(float) * 2 * kMaxSlots * B));
+    res2 = res + kMaxSlots * B;
     part = static_cast<V*>(thread_scratch(1, sizeof(V) * kRowGroup * B));
     wbuf = static_cast<float*>(thread_scratch(3, sizeof(float) * kRowGroup * kMaxBlock));
   }
 };
 
-// res[q * B + b] = rows[q] . x[b] for q < count <= kRowGroup.
+// res[q * B + b] = rows[q] . x[b] for q < count (<= kMaxSlots at B == 1, else kRowGroup).
 template <typename WT>
 inline void dot_group(const WT* const* rows, int count, const float* x, int64_t K, int64_t B,
                       const GroupScratch& sc, float* res, const RowStreams& pf) {
+  if (B == 1) {
+    with_count<kMaxSlots>(count, [&](auto n) {
+      dot_rows<WT, decltype(n)::value>(rows, x, K, res, pf);
+    });
+    return;
+  }
   with_count<kRowGroup>(count, [&](auto n) {
     constexpr int R = decltype(n)::value;
-    if (B == 1) {
-      dot_rows<WT, R>(rows, x, K, res, pf);
-      return;
-    }
 #ifdef PBOPS_BF16_DOT
     if constexpr (std::is_same_v<WT, bf16>) {
       if (sc.xb) {
@@ -419,15 +457,17 @@ template <typename WT, typename Emit>
 void for_row_groups(const WT* w, int64_t K, const float* x, int64_t B, const int64_t* idx,
                     int64_t n, int nt, Emit emit) {
   const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
-  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  const int slots = gather_slots(idx, n, B);
+  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads, slots);
   const bf16* xb = bf16_tokens<WT>(x, B, K);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B, xb);
-    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
-      const WT *rows[kRowGroup], *next[kRowGroup];
+    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
+                                  int next_count) {
+      const WT *rows[kMaxSlots], *next[kMaxSlots];
       rows_at(w, K, idx, pos, count, rows);
       rows_at(w, K, idx, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, K);
+      const RowStreams pf(rows, count, next, next_count, K, slots);
       pf.head(pos[0], p0);
       dot_group(rows, count, x, K, B, sc, sc.res, pf);
       emit(pos, count, static_cast<const float*>(sc.res));
@@ -493,22 +533,24 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
                 const int64_t* idx, int64_t n, GatedKind kind, float* h, int nt) {
   const int threads = n * K * B >= kParallelMin && nt > 1 ? nt : 1;
   const bool gate_can_skip = kind != kSwiGLU;
-  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads);
+  const int slots = gather_slots(idx, n, B);
+  const int64_t grab = rows_per_grab(K * int64_t(sizeof(WT)), n, threads, slots);
   const bf16* xb = bf16_tokens<WT>(x, B, K);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B, xb);
-    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
-      const WT *rows[kRowGroup], *up[kRowGroup], *next[kRowGroup];
+    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
+                                  int next_count) {
+      const WT *rows[kMaxSlots], *up[kMaxSlots], *next[kMaxSlots];
       rows_at(wg, K, idx, pos, count, rows);
       rows_at(wu, K, idx, pos, count, up);
       // the gate rows' streams continue into these neurons' up rows (read next unless every
       // gate is <= 0)
-      const RowStreams gate_pf(rows, count, up, count, K);
+      const RowStreams gate_pf(rows, count, up, count, K, slots);
       gate_pf.head(pos[0], p0);
       dot_group(rows, count, x, K, B, sc, sc.res, gate_pf);
       // Up rows only for neurons whose gate fired for some token (ReGLU/dReLU): for the
       // others every h is zero and the up row is never read.
-      int live[kRowGroup], m = 0;
+      int live[kMaxSlots], m = 0;
       for (int q = 0; q < count; ++q) {
         bool any = !gate_can_skip;
         for (int64_t b = 0; b < B && !any; ++b) any = sc.res[q * B + b] > 0.0f;
@@ -521,7 +563,7 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
       }
       if (m == 0) return;
       rows_at(wg, K, idx, nxt, next_count, next);
-      dot_group(rows, m, x, K, B, sc, sc.res2, RowStreams(rows, m, next, next_count, K));
+      dot_group(rows, m, x, K, B, sc, sc.res2, RowStreams(rows, m, next, next_count, K, slots));
       for (int i = 0; i < m; ++i) {
         const int q = live[i];
         for (int64_t b = 0; b < B; ++b)
@@ -656,7 +698,8 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   // [B, D] partial sum (the caller straight into `out`); the partials are added at the end.
   const int workers0 = m * D * B >= kParallelMin && nt > 1 ? nt : 1;
   const int workers = workers0 < kMaxWorkers ? workers0 : kMaxWorkers;
-  const int64_t grab = rows_per_grab(D * int64_t(sizeof(WT)), m, workers);
+  const int slots = gather_slots(live, m, B);
+  const int64_t grab = rows_per_grab(D * int64_t(sizeof(WT)), m, workers, slots);
   float* partial[kMaxWorkers] = {};
   parallel_for(m, grab, workers, [&](int64_t p0, int64_t p1, int worker) {
     float* acc = out;
@@ -667,24 +710,26 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
       }
       acc = partial[worker];
     }
-    float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kRowGroup * B));
+    float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kMaxSlots * B));
     float* scratch = static_cast<float*>(thread_scratch(1, sizeof(float) * kRowGroup * kChunk));
-    walk_slots(p0, p1, [&](const int64_t* pos, int count, const int64_t* nxt, int next_count) {
-      const WT *rows[kRowGroup], *next[kRowGroup];
+    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
+                                  int next_count) {
+      const WT *rows[kMaxSlots], *next[kMaxSlots];
       rows_at(w_t, D, live, pos, count, rows);
       rows_at(w_t, D, live, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, D);
+      const RowStreams pf(rows, count, next, next_count, D, slots);
       pf.head(pos[0], p0);
       for (int64_t b = 0; b < B; ++b)
         for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[pos[q]]];
-      with_count<kRowGroup>(count, [&](auto c) {
-        constexpr int Q = decltype(c)::value;
-        if (B == 1) {
-          axpy_group_b1<WT, Q>(rows, cbuf, acc, 0, D, pf);
-        } else {
-          axpy_group_bn<WT, Q>(rows, cbuf, B, acc, D, 0, D, scratch, pf);
-        }
-      });
+      if (B == 1) {
+        with_count<kMaxSlots>(count, [&](auto c) {
+          axpy_group_b1<WT, decltype(c)::value>(rows, cbuf, acc, 0, D, pf);
+        });
+      } else {
+        with_count<kRowGroup>(count, [&](auto c) {
+          axpy_group_bn<WT, decltype(c)::value>(rows, cbuf, B, acc, D, 0, D, scratch, pf);
+        });
+      }
     });
   });
   for (int p = 1; p < workers; ++p) {

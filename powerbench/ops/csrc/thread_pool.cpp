@@ -117,6 +117,10 @@ class Pool {
   // Same-process A/B (bench-operators task.variants, 09:28 UTC, load 1.0-1.2, fp16 b1
   // 4096x16384): wake_ahead_us 200 vs 0 took row 90% from 347 to 270 us (8.6x -> 11.0x
   // dense), 99% from 89 to 42 us, ffn_relu 90% 7.7x -> 9.7x; 1000 was no better overall.
+  // Knob wake_ahead_pct widens the window to that percentage of the predicted gap. It
+  // looked better in a fixed call order (12:16 UTC: fp16 row 90% 9.2x -> 11.1x dense at
+  // 10%), but that order favoured whichever setting did not follow the dense kernel; with
+  // each benchmark round in a random order (12:34 UTC) it showed no gain: default 0 (off).
   void helper_loop(int id, uint64_t seen) {
     Clock::duration idle[kIdleKept] = {};  // the last sleeps' lengths (0: none yet)
     int next = 0;
@@ -139,7 +143,8 @@ class Pool {
   // `asleep + idle[i]` still ahead, earliest first, and spin up to twice as long for a job.
   uint64_t sleep_for_job(uint64_t seen, Clock::time_point asleep,
                          const Clock::duration (&idle)[kIdleKept]) {
-    const auto ahead = std::chrono::microseconds(knob(kKnobWakeAheadUs));
+    const Clock::duration ahead_min = std::chrono::microseconds(knob(kKnobWakeAheadUs));
+    const int64_t pct = knob(kKnobWakeAheadPct);
     Clock::duration due[kIdleKept];
     std::copy(idle, idle + kIdleKept, due);
     std::sort(due, due + kIdleKept);
@@ -149,12 +154,14 @@ class Pool {
       return gen_of(state_.load(std::memory_order_acquire)) != seen ||
              wakes_.load(std::memory_order_relaxed) != woken;
     };
-    for (int i = 0; i < kIdleKept && ahead.count() > 0; ++i) {
+    for (int i = 0; i < kIdleKept && ahead_min.count() > 0; ++i) {
+      // the window: wake_ahead_us, or wake_ahead_pct of the predicted gap if longer
+      const Clock::duration ahead = std::max(ahead_min, due[i] * pct / 100);
       const Clock::time_point wake_at = asleep + due[i] - ahead;
       if (due[i].count() == 0 || wake_at <= Clock::now()) continue;
       if (cv_.wait_until(lock, wake_at, ready)) break;
       lock.unlock();
-      const uint64_t gen = spin_for_job(seen, kKnobWakeAheadUs, 2);
+      const uint64_t gen = spin_for_job(seen, 2 * ahead);
       lock.lock();
       if (gen != seen) return gen;
     }
@@ -174,6 +181,19 @@ class Pool {
       }
       const auto limit = std::chrono::microseconds(knob(limit_us) * factor);
       if (Clock::now() - start >= limit) return seen;
+    }
+  }
+
+  // ... or until `limit` passed, unless knob wake_ahead_us drops to 0 (stops the spin).
+  uint64_t spin_for_job(uint64_t seen, Clock::duration limit) const {
+    const auto start = Clock::now();
+    for (;;) {
+      for (int i = 0; i < kSpinCheckEvery; ++i) {
+        const uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
+        if (gen != seen) return gen;
+        _mm_pause();
+      }
+      if (Clock::now() - start >= limit || knob(kKnobWakeAheadUs) == 0) return seen;
     }
   }
 
