@@ -169,9 +169,9 @@ class Pool {
     return gen_of(state_.load(std::memory_order_acquire));
   }
 
-  // The generation after spinning until it differs from `seen` or `factor` times the knob's
-  // us passed (the knob is read at every check, so lowering it stops a spinning helper).
-  uint64_t spin_for_job(uint64_t seen, Knob limit_us, int factor) const {
+  // The generation after spinning until it differs from `seen` or `stop(time spent)` holds.
+  template <typename Stop>
+  uint64_t spin_until(uint64_t seen, Stop stop) const {
     const auto start = Clock::now();
     for (;;) {
       for (int i = 0; i < kSpinCheckEvery; ++i) {
@@ -179,22 +179,23 @@ class Pool {
         if (gen != seen) return gen;
         _mm_pause();
       }
-      const auto limit = std::chrono::microseconds(knob(limit_us) * factor);
-      if (Clock::now() - start >= limit) return seen;
+      if (stop(Clock::now() - start)) return seen;
     }
   }
 
-  // ... or until `limit` passed, unless knob wake_ahead_us drops to 0 (stops the spin).
+  // ... for `factor` times the knob's us (the knob is read at every check, so lowering it
+  // stops a spinning helper).
+  uint64_t spin_for_job(uint64_t seen, Knob limit_us, int factor) const {
+    return spin_until(seen, [&](Clock::duration spent) {
+      return spent >= std::chrono::microseconds(knob(limit_us) * factor);
+    });
+  }
+
+  // ... for `limit`, unless knob wake_ahead_us drops to 0 (stops the spin).
   uint64_t spin_for_job(uint64_t seen, Clock::duration limit) const {
-    const auto start = Clock::now();
-    for (;;) {
-      for (int i = 0; i < kSpinCheckEvery; ++i) {
-        const uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
-        if (gen != seen) return gen;
-        _mm_pause();
-      }
-      if (Clock::now() - start >= limit || knob(kKnobWakeAheadUs) == 0) return seen;
-    }
+    return spin_until(seen, [&](Clock::duration spent) {
+      return spent >= limit || knob(kKnobWakeAheadUs) == 0;
+    });
   }
 
  public:
