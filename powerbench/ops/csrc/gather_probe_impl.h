@@ -85,13 +85,9 @@ inline uint32_t probe_slots(const char* base, int64_t row_bytes, int64_t row_len
   uint32_t sums[kMaxWorkers] = {};
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int worker) {
     uint32_t s = 0;
-    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
-                                  int next_count) {
-      const char *rows[kMaxSlots], *next[kMaxSlots];
-      rows_at(base, row_bytes, idx, pos, count, rows);
-      rows_at(base, row_bytes, idx, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, row_bytes, slots);
-      pf.head(pos[0], p0);
+    walk_row_streams(base, row_bytes, idx, p0, p1, slots, [&](const int64_t*, int count,
+                                                              const char* const* rows,
+                                                              const RowStreams& pf) {
       with_count<kMaxSlots>(count, [&](auto c) {
         s += probe_group<decltype(c)::value>(rows, row_bytes, pf);
       });

@@ -214,6 +214,23 @@ struct RowStreams {
   }
 };
 
+// walk_slots over rows `ids` of `base` (row_len elements each; rows 0.. when ids is null):
+// f(pos, count, rows, pf) with the slots' rows of this step and their streams, prefetched
+// on into the rows the slots read at the next step: the walk of every one-matrix gather.
+template <typename WT, typename F>
+inline void walk_row_streams(const WT* base, int64_t row_len, const int64_t* ids, int64_t p0,
+                             int64_t p1, int slots, F&& f) {
+  walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
+                                int next_count) {
+    const WT *rows[kMaxSlots], *next[kMaxSlots];
+    rows_at(base, row_len, ids, pos, count, rows);
+    rows_at(base, row_len, ids, nxt, next_count, next);
+    const RowStreams pf(rows, count, next, next_count, row_len, slots);
+    pf.head(pos[0], p0);
+    f(pos, count, static_cast<const WT* const*>(rows), pf);
+  });
+}
+
 // R rows . one token: R concurrent memory streams per thread, two accumulators per row.
 template <typename WT, int R>
 inline void dot_rows(const WT* const* w, const float* x, int64_t K, float* res,
@@ -462,13 +479,8 @@ void for_row_groups(const WT* w, int64_t K, const float* x, int64_t B, const int
   const bf16* xb = bf16_tokens<WT>(x, B, K);
   parallel_for(n, grab, threads, [&](int64_t p0, int64_t p1, int) {
     GroupScratch sc(B, xb);
-    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
-                                  int next_count) {
-      const WT *rows[kMaxSlots], *next[kMaxSlots];
-      rows_at(w, K, idx, pos, count, rows);
-      rows_at(w, K, idx, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, K, slots);
-      pf.head(pos[0], p0);
+    walk_row_streams(w, K, idx, p0, p1, slots, [&](const int64_t* pos, int count,
+                                                   const WT* const* rows, const RowStreams& pf) {
       dot_group(rows, count, x, K, B, sc, sc.res, pf);
       emit(pos, count, static_cast<const float*>(sc.res));
     });
@@ -712,13 +724,9 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
     }
     float* cbuf = static_cast<float*>(thread_scratch(0, sizeof(float) * kMaxSlots * B));
     float* scratch = static_cast<float*>(thread_scratch(1, sizeof(float) * kRowGroup * kChunk));
-    walk_slots(p0, p1, slots, [&](const int64_t* pos, int count, const int64_t* nxt,
-                                  int next_count) {
-      const WT *rows[kMaxSlots], *next[kMaxSlots];
-      rows_at(w_t, D, live, pos, count, rows);
-      rows_at(w_t, D, live, nxt, next_count, next);
-      const RowStreams pf(rows, count, next, next_count, D, slots);
-      pf.head(pos[0], p0);
+    walk_row_streams(w_t, D, live, p0, p1, slots, [&](const int64_t* pos, int count,
+                                                      const WT* const* rows,
+                                                      const RowStreams& pf) {
       for (int64_t b = 0; b < B; ++b)
         for (int q = 0; q < count; ++q) cbuf[b * count + q] = coeff[b * ldc + cols[pos[q]]];
       if (B == 1) {
