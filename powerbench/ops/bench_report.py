@@ -36,7 +36,8 @@ class ResultRow:
     huge_page_fraction: float = 0.0  # share of the weight bytes on 2 MiB pages (dense and sparse)
     variant: str = ""  # the CPU kernels' knob setting timed ("" : the defaults; ops.cpu_knobs)
     # the read-only gather probe over the same weight rows in the same rounds (ops.bench_ceiling;
-    # 0 / "": not measured): the faster probe's median, its GB/s on the weight bytes, which
+    # 0 / "": not measured): the fastest probe's median, its GB/s on the weight bytes, and
+    # which probe it was
     ceiling_time_us: float = 0.0
     ceiling_gbps: float = 0.0
     ceiling_probe: str = ""
