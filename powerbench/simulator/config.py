@@ -10,7 +10,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from powerbench.schema_helpers import coerce_enums
+from powerbench.schema_helpers import check_range, coerce_enums
 
 
 class ComputeMode(StrEnum):
@@ -38,11 +38,28 @@ class PrefillMode(StrEnum):
     dense: like hybrid, but a prompt batch of at least `gpu_min_tokens` rows computes every
         neuron where it is placed (an engine that hands large batches to dense GEMMs, as
         our sparse CPU engine does from `dense_from_rows` rows).
+    powerinfer_public: like hybrid, but each sparse FFN operator reads its weight rows as
+        PowerInfer's public code does for a prompt batch (`PublicPromptReads`; see
+        powerbench.simulator.public_prompt): once per pass, or again for every token.
     """
 
     gpu_stream = "gpu_stream"
     hybrid = "hybrid"
     dense = "dense"
+    powerinfer_public = "powerinfer_public"
+
+
+class WeightReads(StrEnum):
+    """How often a sparse FFN operator reads an active weight row in a prompt pass.
+
+    once: one read per pass for the union of its tokens (the row stays in cache while the
+        operator loops over the tokens that use it).
+    per_token: one read per (neuron, token) pair that uses it (the operator loops over the
+        tokens outside, or re-loads the row for every pair).
+    """
+
+    once = "once"
+    per_token = "per_token"
 
 
 @dataclass
@@ -65,9 +82,31 @@ class OpCounts:
 
 
 @dataclass
+class PublicPromptReads:
+    """Weight reads of the sparse FFN operators in a prompt pass
+    (`prefill.mode=powerinfer_public`), per device and operator: `up` is the up (and gate)
+    projection (mul_mat_sparse), `down` the down projection (axpy). conf/simulator/
+    cost_model.yaml gives each one's code line. A prompt of more than
+    `gpu_down_gemm_above_rows` rows runs the accelerator's down projection as one dense GEMM
+    over all its rows instead (each weight converted to fp32 first)."""
+
+    cpu_up: WeightReads = WeightReads.once
+    cpu_down: WeightReads = WeightReads.per_token
+    gpu_up: WeightReads = WeightReads.per_token
+    gpu_down: WeightReads = WeightReads.per_token
+    gpu_down_gemm_above_rows: int = 100
+
+    def __post_init__(self) -> None:
+        coerce_enums(self)
+        check_range("simulator.prefill.public.gpu_down_gemm_above_rows",
+                    self.gpu_down_gemm_above_rows, 1)
+
+
+@dataclass
 class PrefillConfig:
     mode: PrefillMode = PrefillMode.gpu_stream
     gpu_min_tokens: int = 32  # llama.cpp: large-batch matmuls go to the GPU from 32 rows
+    public: PublicPromptReads = field(default_factory=PublicPromptReads)
 
     def __post_init__(self) -> None:
         coerce_enums(self)

@@ -34,6 +34,7 @@ from powerbench.simulator.config import (
 )
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.prefill import stream_prefill
+from powerbench.simulator.public_prompt import public_prompt_work
 from powerbench.simulator.rates import CPU, GPU
 from powerbench.simulator.result import SimResult, breakdown_frame, layer_frame
 from powerbench.simulator.workload import FFNWork, decode_passes, ffn_work, token_groups
@@ -203,6 +204,8 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
         cfg.token_overlap))
     pre_model = (CostModel(spec, placement, hw, replace(cfg, mode=ComputeMode.dense))
                  if dense_prompt else model)
+    if cfg.prefill.mode is PrefillMode.powerinfer_public and sparse:
+        pre_work = public_prompt_work(pre_work, spec, placement, rows, cfg.prefill.public)
     pre = stream_prefill(model, pre_work, shape) if stream else pre_model.forward(pre_work,
                                                                                   shape)
     prefill_s = float(pre.total.sum())

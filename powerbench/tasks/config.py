@@ -320,7 +320,8 @@ class SensitivityTask:
     # the constants before they were sourced (the before/after table)
     previous: dict[str, float] = field(default_factory=lambda: {
         "gpu_dense": 0.4, "gpu_sparse": 0.2, "int4": 0.5, "int4_axpy": 1.0, "host_layer_us": 0.0,
-        "hybrid_roundtrip_us": 0.0, "hybrid_merges": 1.0, "token_overlap": 0.0})
+        "hybrid_roundtrip_us": 0.0, "hybrid_merges": 1.0, "token_overlap": 0.0,
+        "prefill_public": 0.0})
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
     validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown
