@@ -8,7 +8,7 @@ its CUDA back end computes every matrix product of a batch of at least 32 rows o
 copying host-resident weights over PCIe as it goes (llama.cpp `ggml_cuda_can_mul_mat`:
 ne0, ne1, ne10 >= 32). PowerInfer's FFN runs through its own neuron-aware operators
 (mul_mat_sparse / axpy: a predictor score per neuron and token), which that rule does not
-touch, so `experiment/system=powerinfer` uses `hybrid` with `token_skip`. Per layer:
+touch (experiment/system=powerinfer: see below). A `gpu_stream` layer:
 
     t = max(FLOPs / F_gpu, gpu-resident bytes / BW_gpu + host-resident bytes / BW_h2d,
             kernels x launch_s) + (K, V of the prompt back to the host if the layer's KV
@@ -18,7 +18,10 @@ Streaming overlaps compute (max); the copy itself is the bottleneck for offloade
 weights. Prompts shorter than `gpu_min_tokens` rows, CPU-only machines and
 `prefill.mode=hybrid` use the decode cost model instead (`CostModel.forward` on one pass
 of P x B rows: each device reads its neurons in the union over the prompt and, with
-`token_skip`, computes each token's own).
+`token_skip`, computes each token's own). `prefill.mode=powerinfer_public` is that pass with
+each sparse operator reading its rows as PowerInfer's public code does (once per prompt, or
+again for every token: powerbench.simulator.public_prompt); `experiment/system=powerinfer`
+uses it.
 """
 
 from __future__ import annotations
