@@ -320,8 +320,11 @@ class SensitivityTask:
     # the constants before they were sourced (the before/after table)
     previous: dict[str, float] = field(default_factory=lambda: {
         "gpu_dense": 0.4, "gpu_sparse": 0.2, "int4": 0.5, "int4_axpy": 1.0, "host_layer_us": 0.0,
-        "hybrid_roundtrip_us": 0.0, "hybrid_merges": 1.0, "token_overlap": 0.0,
-        "prefill_public": 0.0})
+        "hybrid_roundtrip_us": 0.0, "hybrid_merges": 1.0, "token_overlap": 0.0})
+    # shown beside `ours`: the runs whose prompt goes through the neuron-aware operators
+    # (prefill hybrid) re-costed with this prefill mode (powerinfer_public: as the public
+    # code's batch loops read rows); null: no such column
+    alternative_prefill: str | None = "powerinfer_public"
     # row label prefix -> the mechanism a row that stays off lacks, and what would settle it
     missing: dict[str, str] = field(default_factory=dict)
     validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown

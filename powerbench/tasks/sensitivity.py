@@ -20,7 +20,12 @@ from powerbench.config import PowerbenchConfig
 from powerbench.hardware import HardwareProfile
 from powerbench.load_window import utc_now
 from powerbench.paths import results_dir
-from powerbench.simulator.config import PrefillMode, SimulatorConfig, TokenOverlapConfig
+from powerbench.simulator.config import (
+    ComputeMode,
+    PrefillMode,
+    SimulatorConfig,
+    TokenOverlapConfig,
+)
 from powerbench.tasks.calibration_set import (
     Variant,
     compose_jobs,
@@ -112,8 +117,7 @@ def constants_varied(step: float) -> dict[str, tuple[Variant, Variant]]:
     return out
 
 
-MECHANISMS = ("host_layer_us", "hybrid_roundtrip_us", "hybrid_merges", "token_overlap",
-              "prefill_public")
+MECHANISMS = ("host_layer_us", "hybrid_roundtrip_us", "hybrid_merges", "token_overlap")
 
 
 def previous_factors(values: dict[str, float]) -> Variant:
@@ -131,12 +135,28 @@ def previous_factors(values: dict[str, float]) -> Variant:
         if "token_overlap" in mech:  # 0: independent tokens (no measured overlap)
             mech["token_overlap"] = (TokenOverlapConfig() if mech["token_overlap"] == 0
                                      else sim.token_overlap)
-        public = sim.prefill.mode is PrefillMode.powerinfer_public
-        if mech.pop("prefill_public", 1) == 0 and public:  # the prompt read as one batch
-            mech["prefill"] = replace(sim.prefill, mode=PrefillMode.hybrid)
         return replace(sim, efficiency=eff, **mech), hw
 
     return variant
+
+
+def prompt_read_as(mode: PrefillMode) -> Variant:
+    """The runs whose prompt goes through the neuron-aware operators (sparse, prefill
+    hybrid) re-costed with prefill `mode`; every other run unchanged."""
+    def variant(sim: SimulatorConfig, hw: HardwareProfile) -> tuple[SimulatorConfig,
+                                                                      HardwareProfile]:
+        if sim.mode is ComputeMode.sparse and sim.prefill.mode is PrefillMode.hybrid:
+            return replace(sim, prefill=replace(sim.prefill, mode=mode)), hw
+        return sim, hw
+
+    return variant
+
+
+def prefill_mode(value: str) -> PrefillMode:
+    if value not in PrefillMode.__members__:
+        raise ValueError(f"task.alternative_prefill={value!r} is not a prefill mode; valid: "
+                         f"{', '.join(PrefillMode.__members__)} (or null: no such column)")
+    return PrefillMode(value)
 
 
 def _change(c_base: Any, c_new: Any) -> float:
@@ -181,6 +201,15 @@ def calibration_tables(task: SensitivityTask) -> tuple[pd.DataFrame, pd.DataFram
         "missing_mechanism": _note(task.missing, c.published.label, c.published.value,
                                    c.within),
     } for c, b in zip(base, before, strict=True)])
+    if task.alternative_prefill:
+        mode = prefill_mode(task.alternative_prefill)
+        alt = rows(jobs, f"prefill_{mode.value}", prompt_read_as(mode))
+        table.insert(table.columns.get_loc("missing_mechanism"), "alternative_prefill",
+                     mode.value)
+        for name, values in (("alternative", [a.ours for a in alt]),
+                             ("alternative_error", [row_error(a) for a in alt]),
+                             ("alternative_within", [a.within for a in alt])):
+            table.insert(table.columns.get_loc("missing_mechanism"), name, values)
     sens = []
     step = task.step
     for name, (minus, plus) in constants_varied(step).items():
@@ -219,6 +248,31 @@ def _top_drivers(sens: pd.DataFrame, row: str, value: float, n: int = 3) -> str:
                      for r in top.itertuples())
 
 
+def has_alternative(table: pd.DataFrame) -> bool:
+    return "alternative" in table.columns
+
+
+def alternative_count(table: pd.DataFrame) -> str:
+    if not has_alternative(table):
+        return ""
+    return (f"; PowerInfer's prompt with prefill {table['alternative_prefill'].iloc[0]}: "
+            f"{int(table['alternative_within'].sum())}")
+
+
+def alternative_text(table: pd.DataFrame) -> list[str]:
+    """The paragraph that says what the `alternative` column is."""
+    if not has_alternative(table):
+        return []
+    mode = table["alternative_prefill"].iloc[0]
+    return [f"`alternative`: ours with the prompt of every run that reads it through the "
+            f"neuron-aware operators (`prefill.mode=hybrid`: each device reads the union of "
+            f"its active rows once per prompt) re-costed with `prefill.mode={mode}` "
+            "(`powerinfer_public`: the rows read as PowerInfer's public code's batch loops "
+            "read them, the CPU down axpy and both GPU batch kernels again for every token; "
+            "powerbench/simulator/public_prompt.py). Not the default: see "
+            "conf/experiment/system/powerinfer.yaml.", ""]
+
+
 def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float) -> str:
     pct = round(100 * step)
     within, within_before = int(table["within"].sum()), int(table["previous_within"].sum())
@@ -232,20 +286,22 @@ def render_page(table: pd.DataFrame, sens: pd.DataFrame, step: float) -> str:
         "(fig10, fig11, fig12, fig13, fig18). `previous`: the cost model before its "
         "constants were sourced (the fitted gpu_dense 0.4, gpu_sparse 0.2, int4 0.5; one "
         "synchronisation per hybrid layer; no vLLM host time; batch unions of independent "
-        "tokens; PowerInfer's prompt read as one batch); `ours`: the sourced constants of "
-        "docs/constants.md and the mechanisms (PowerInfer's prompt as its public operators "
-        "read it: per token where they loop over the tokens outside; a "
+        "tokens); `ours`: the sourced constants of docs/constants.md and the mechanisms (a "
         "hybrid layer's measured GPU-CPU-GPU round trip, once per host merge: two in "
         "PowerInfer's public code; the int4 down projection's DMMV-class kernel on the GPU; "
         "vLLM's per-layer host time; the token-to-token overlap of active neurons measured "
         "on SmolLM2: token_overlap.csv). The fig18 A100 runs use `simulator=vllm`.", "",
-        f"Within tolerance: **{within} of {len(table)}** (previous factors: {within_before}).",
-        "", "| row | published | previous | error | ours | error | within | missing mechanism |",
-        "|---|---|---|---|---|---|---|---|"]
+        f"Within tolerance: **{within} of {len(table)}** (previous factors: {within_before}"
+        f"{alternative_count(table)}).", "", *alternative_text(table),
+        "| row | published | previous | error | ours | error | within |"
+        f"{' alternative | error |' * has_alternative(table)} missing mechanism |",
+        "|---|---|---|---|---|---|---|" + "---|---|" * has_alternative(table) + "---|"]
     for r in table.itertuples():
         note = r.missing_mechanism if isinstance(r.missing_mechanism, str) else ""
+        alt = (f" {r.alternative:.4g} | {r.alternative_error} |" if has_alternative(table)
+               else "")
         lines.append(f"| {r.row} | {r.published:.3g} | {r.previous:.4g} | {r.previous_error} | "
-                     f"{r.ours:.4g} | {r.error} | {'yes' if r.within else 'NO'} | {note} |")
+                     f"{r.ours:.4g} | {r.error} | {'yes' if r.within else 'NO'} |{alt} {note} |")
     lines += ["", f"## Sensitivity: each constant ±{pct}% (placements held)", "",
               f"Change of each row's value (relative rows in %, share rows in points) when one "
               f"constant moves -{pct}% / +{pct}% (efficiencies capped at 1.0). The three "

@@ -51,7 +51,7 @@ def store(tmp_path_factory):
         _sim(t, "falcon_relu_40b", "layer_offload", "dense", lc, batch=batch)
     t = tracker("fig15_ablation")
     steps = (("layer_offload", "dense", "gpu_stream"), ("greedy", "sparse", "gpu_stream"),
-             ("greedy", "sparse", "powerinfer_public"), ("ilp", "sparse", "powerinfer_public"))
+             ("greedy", "sparse", "hybrid"), ("ilp", "sparse", "hybrid"))
     for model, speeds in {"bamboo_7b": (1.0, 1.5, 8.0, 10.0),
                           "falcon_relu_40b": (0.5, 0.4, 2.0, None)}.items():
         for (solver, mode, prefill), tps in zip(steps, speeds, strict=True):
@@ -248,7 +248,7 @@ def test_po_and_engine_differ_in_the_prompt_path_only():
         (engine.solver.name, engine.predictor.name, engine.simulator.mode.value) == \
         ("greedy", "adaptive", "sparse")
     assert (po.simulator.prefill.mode.value, engine.simulator.prefill.mode.value) == \
-        ("gpu_stream", "powerinfer_public")
+        ("gpu_stream", "hybrid")
 
 
 def test_pi2_ablation_table_orders_steps_and_divides_by_the_baseline(tmp_path):

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from powerbench.simulator.config import SimulatorConfig, TokenOverlapConfig
+from powerbench.simulator.config import (
+    ComputeMode,
+    PrefillConfig,
+    PrefillMode,
+    SimulatorConfig,
+    TokenOverlapConfig,
+)
 from powerbench.tasks.sensitivity import (
     _note,
+    prefill_mode,
     previous_factors,
+    prompt_read_as,
     scale_hw,
     scale_overlap,
     scale_sim,
@@ -55,3 +63,24 @@ def test_notes_match_label_prefix_and_value():
     assert _note(notes, "average speedup over llama.cpp", 4.71, within=False) == "pc-low"
     assert _note(notes, "average speedup over llama.cpp", 7.23, within=True) == ""
     assert _note(notes, "something else", 1.0, within=False).startswith("not diagnosed")
+
+
+def test_prompt_alternative_recosts_only_prompts_through_the_sparse_operators():
+    public = prompt_read_as(PrefillMode.powerinfer_public)
+    hw = make_hardware()
+    sparse = SimulatorConfig(mode=ComputeMode.sparse,
+                             prefill=PrefillConfig(mode=PrefillMode.hybrid, gpu_min_tokens=16))
+    moved, same_hw = public(sparse, hw)
+    assert moved.prefill.mode is PrefillMode.powerinfer_public and same_hw is hw
+    assert moved.prefill.gpu_min_tokens == 16  # the rest of the prefill block kept
+    for kept in (SimulatorConfig(mode=ComputeMode.dense,  # llama.cpp: its own prompt path
+                                 prefill=PrefillConfig(mode=PrefillMode.hybrid)),
+                 SimulatorConfig(mode=ComputeMode.sparse,  # +PO: llama.cpp's dense prompt
+                                 prefill=PrefillConfig(mode=PrefillMode.gpu_stream))):
+        assert public(kept, hw)[0] is kept
+
+
+def test_unknown_alternative_prefill_names_the_valid_modes():
+    assert prefill_mode("powerinfer_public") is PrefillMode.powerinfer_public
+    with pytest.raises(ValueError, match="valid: gpu_stream, hybrid, dense, powerinfer_public"):
+        prefill_mode("public")

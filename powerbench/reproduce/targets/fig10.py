@@ -2,11 +2,11 @@
 Sweep: conf/experiment/fig10.yaml.
 
 What Fig. 10's tokens/s count is not in the paper's text we hold; PowerInfer's maintainers
-state (PowerInfer issue #150, 2024-02-22, "as described in our paper") that the speed is
-the prompt's and the output's tokens together over the prompt phase's and the generation
-phase's time. The scored rows count that way (`<system>_prompt_and_output_tokens_per_s`);
-beside them, not scored, the same published numbers against output tokens over both phases
-(`sim_end_to_end_tokens_per_s`) and against the generation phase alone."""
+state (PowerInfer issue #150, 2024-02-22) that the paper's speed is the prompt's and the
+output's tokens together over the prompt phase's and the generation phase's time. The
+calibration rows keep the project's end-to-end metric (output tokens over both phases,
+`sim_end_to_end_tokens_per_s`); beside them, not scored, the same published numbers against
+the maintainers' counting and against the generation phase alone."""
 
 from __future__ import annotations
 
@@ -56,25 +56,25 @@ TARGET = Target(
     name="fig10", figure=figure, experiment="fig10", table=table,
     published=(
         Published("PowerInfer average tokens/s (4 models x outputs 8/128/512, input 64; "
-                  "(prompt + output tokens) over prompt + generation time, as PowerInfer's "
-                  "maintainers state)", 8.32,
-                  stat("powerinfer_prompt_and_output_tokens_per_s", prompt_tokens=64),
-                  MAINTAINERS, calibration=True),
-        Published("PowerInfer max tokens/s (input 64; (prompt + output tokens) over prompt + "
-                  "generation time)", 16.06,
-                  stat("powerinfer_prompt_and_output_tokens_per_s", "max", prompt_tokens=64),
-                  MAINTAINERS, calibration=True),
+                  "output tokens over prompt + generation time)", 8.32,
+                  stat("powerinfer_tokens_per_s", prompt_tokens=64), SOURCE, calibration=True),
+        Published("PowerInfer max tokens/s (input 64; output tokens over prompt + generation "
+                  "time)", 16.06,
+                  stat("powerinfer_tokens_per_s", "max", prompt_tokens=64), SOURCE,
+                  calibration=True),
         Published("average speedup over llama.cpp (input 64)", 7.23,
                   stat("speedup", prompt_tokens=64), SOURCE, calibration=True),
         Published("peak speedup over llama.cpp (input 64; paper: Falcon(ReLU)-40B)", 11.69,
                   stat("speedup", "max", prompt_tokens=64), SOURCE, calibration=True),
         # the same published numbers, other countings (not scored): side by side
-        Published("PowerInfer average tokens/s, input 64, output tokens over prompt + "
-                  "generation time", 8.32,
-                  stat("powerinfer_tokens_per_s", prompt_tokens=64), SOURCE, scored=False),
-        Published("PowerInfer max tokens/s, input 64, output tokens over prompt + generation "
-                  "time", 16.06, stat("powerinfer_tokens_per_s", "max", prompt_tokens=64),
-                  SOURCE, scored=False),
+        Published("PowerInfer average tokens/s, input 64, counted as the "
+                  "maintainers state: (prompt + output tokens) over prompt + generation time",
+                  8.32, stat("powerinfer_prompt_and_output_tokens_per_s", prompt_tokens=64),
+                  MAINTAINERS, scored=False),
+        Published("PowerInfer max tokens/s, input 64, (prompt + output tokens) "
+                  "over prompt + generation time", 16.06,
+                  stat("powerinfer_prompt_and_output_tokens_per_s", "max", prompt_tokens=64),
+                  MAINTAINERS, scored=False),
         Published("PowerInfer average tokens/s, input 64, generation phase "
                   "alone (decode tokens/s)", 8.32,
                   stat("powerinfer_decode_tokens_per_s", prompt_tokens=64), SOURCE,

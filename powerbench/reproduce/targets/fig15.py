@@ -42,8 +42,8 @@ from powerbench.reproduce.target import Target
 # (label, column prefix, (solver, compute mode, prefill mode)) of each step, in order
 ABLATION = (("llama.cpp", "llamacpp", ("layer_offload", "dense", "gpu_stream")),
             ("+PO", "po", ("greedy", "sparse", "gpu_stream")),
-            ("+Engine", "engine", ("greedy", "sparse", "powerinfer_public")),
-            ("+Policy", "policy", ("ilp", "sparse", "powerinfer_public")))
+            ("+Engine", "engine", ("greedy", "sparse", "hybrid")),
+            ("+Policy", "policy", ("ilp", "sparse", "hybrid")))
 NOTE = ("+PO = predictors + greedy hot/cold neuron placement in llama.cpp (sparse decode, "
         "llama.cpp's dense prompt path); +Engine = the neuron-aware operators for the prompt "
         "too; +Policy = ILP placement (full PowerInfer). The cost model runs split layers' "
