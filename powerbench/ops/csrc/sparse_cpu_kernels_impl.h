@@ -276,9 +276,10 @@ inline void walk_row_streams(const WT* base, int64_t row_len, const int64_t* ids
 
 // R rows . one token: R concurrent memory streams per thread, A accumulators per row, at
 // least 4 in all. Each accumulator is a chain of dependent FMAs (4 cycles each on Zen 4/5),
-// so the 2 chains of a single row (the one-slot stream) allowed one vector of the row per
-// 2 cycles: 64 bytes of fp16 or bf16 per 4 cycles, about the rate one core streams from
-// memory, where fp32 (twice the bytes per vector) had room to spare.
+// so the 2 chains of a single row (the one-slot stream) capped it at 64 bytes of fp16 or
+// bf16 per 4 cycles (~42 GB/s per core at 2.6 GHz), not far above what one core streams
+// from memory; fp32 moves twice the bytes per vector. (By that arithmetic, not measured
+// apart from the prefetch change that came with it; in-cache it made no visible difference.)
 template <typename WT, int R>
 inline void dot_rows(const WT* const* w, const float* x, int64_t K, float* res,
                      const RowStreams& pf) {
