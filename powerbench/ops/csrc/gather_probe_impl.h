@@ -64,13 +64,16 @@ inline uint32_t probe_group(const char* const* w, int64_t len, const RowStreams&
   ProbeVec a[R][2];
   for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = ProbeVec{};
   int64_t k = 0;
-  for (; k + 2 * kProbeVB <= len; k += 2 * kProbeVB) {
-    pf.at(k, 2 * kProbeVB);
-    for (int r = 0; r < R; ++r) {
-      a[r][0] += probe_load(w[r] + k);
-      a[r][1] += probe_load(w[r] + k + kProbeVB);
+  with_streams<R>(pf, [&](auto streams) {
+    constexpr int S = decltype(streams)::value;
+    for (; k + 2 * kProbeVB <= len; k += 2 * kProbeVB) {
+      prefetch_streams<S>(pf, k, 2 * kProbeVB);
+      for (int r = 0; r < R; ++r) {
+        a[r][0] += probe_load(w[r] + k);
+        a[r][1] += probe_load(w[r] + k + kProbeVB);
+      }
     }
-  }
+  });
   ProbeVec s{};
   for (int r = 0; r < R; ++r) s += a[r][0] + a[r][1];
   uint32_t t = probe_hsum(s);

@@ -79,11 +79,16 @@ inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
 }
 
 // Rows per claimed chunk when n rows of row_bytes each are shared by nt threads, read by
-// `slots` row slots per thread.
+// `slots` row slots per thread. Fewer slots than kRowGroup stream a chunk of kRowGroup runs
+// all the same (one slot prefetches kRowGroup times as far, so it stands for kRowGroup
+// slots): a chunk's first row has nothing prefetched (its predecessor on this thread is
+// unknown until the claim), so a one-slot chunk of one run restarted the stream every
+// run_kb. Same-process A/B, fp16 row 4096x16384 b1 at 0% sparsity (2026-11-26 14:21 UTC,
+// load 3.0): one-slot chunks of 256 KiB instead of 64 KiB, 4704 -> 3903 us.
 inline int64_t rows_per_grab(int64_t row_bytes, int64_t n, int nt, int slots = kRowGroup) {
   const int64_t run_bytes = knob(kKnobRunKB) << 10;
   const int64_t run = (run_bytes + row_bytes - 1) / (row_bytes > 0 ? row_bytes : 1);
-  int64_t r = slots * run;
+  int64_t r = (slots < kRowGroup ? kRowGroup : slots) * run;
   const int64_t per = knob(kKnobChunksPerThread) * nt;
   const int64_t balanced = (n + per - 1) / per;
   r = r < balanced ? r : balanced;
@@ -212,7 +217,45 @@ struct RowStreams {
       for (int q = 0; q < streams; ++q) prefetch_l2(base[q] + o);
     }
   }
+  // at() where streams == S is known at compile time (with_streams): the loop over the
+  // slots unrolled, its bases in registers. The run-time loop cost about 8 instructions a
+  // line beside the one prefetch (objdump of the fp16 one-row loop: 19 instructions per
+  // 64 bytes, of them 2 conversions and 2 FMAs).
+  template <int S>
+  inline void at_n(int64_t off, int64_t len) const {
+    for (int64_t o = off; o < off + len; o += 64) {
+      const bool in_row = o < switch_off;
+      for (int q = 0; q < S; ++q) prefetch_l2((in_row ? ahead[q] : after[q]) + o);
+    }
+  }
 };
+
+// f(std::integral_constant<int, S>) with S = pf.streams when it is R or kRowGroup (always,
+// for the batch-1 kernels: see RowStreams), else S = 0 (the run-time loop, RowStreams::at).
+template <int R, typename F>
+inline void with_streams(const RowStreams& pf, F&& f) {
+  if (pf.streams == R) {
+    f(std::integral_constant<int, R>{});
+  } else if constexpr (R != kRowGroup) {
+    if (pf.streams == kRowGroup) {
+      f(std::integral_constant<int, kRowGroup>{});
+    } else {
+      f(std::integral_constant<int, 0>{});
+    }
+  } else {
+    f(std::integral_constant<int, 0>{});
+  }
+}
+
+// pf.at(off, len) for S streams (S == 0: pf.streams)
+template <int S>
+inline void prefetch_streams(const RowStreams& pf, int64_t off, int64_t len) {
+  if constexpr (S > 0) {
+    pf.at_n<S>(off, len);
+  } else {
+    pf.at(off, len);
+  }
+}
 
 // walk_slots over rows `ids` of `base` (row_len elements each; rows 0.. when ids is null):
 // f(pos, count, rows, pf) with the slots' rows of this step and their streams, prefetched
@@ -231,28 +274,38 @@ inline void walk_row_streams(const WT* base, int64_t row_len, const int64_t* ids
   });
 }
 
-// R rows . one token: R concurrent memory streams per thread, two accumulators per row.
+// R rows . one token: R concurrent memory streams per thread, A accumulators per row, at
+// least 4 in all. Each accumulator is a chain of dependent FMAs (4 cycles each on Zen 4/5),
+// so the 2 chains of a single row (the one-slot stream) capped it at 64 bytes of fp16 or
+// bf16 per 4 cycles (~42 GB/s per core at 2.6 GHz), not far above what one core streams
+// from memory; fp32 moves twice the bytes per vector. (By that arithmetic, not measured
+// apart from the prefetch change that came with it; in-cache it made no visible difference.)
 template <typename WT, int R>
 inline void dot_rows(const WT* const* w, const float* x, int64_t K, float* res,
                      const RowStreams& pf) {
-  V a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = vzero();
+  constexpr int A = R >= 2 ? 2 : 4;
+  V a[R][A];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < A; ++i) a[r][i] = vzero();
   int64_t k = 0;
-  for (; k + 2 * kW <= K; k += 2 * kW) {
-    pf.at(k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
-    const V x0 = vload(x + k), x1 = vload(x + k + kW);
-    for (int r = 0; r < R; ++r) {
-      a[r][0] = vfma(vload(w[r] + k), x0, a[r][0]);
-      a[r][1] = vfma(vload(w[r] + k + kW), x1, a[r][1]);
+  with_streams<R>(pf, [&](auto streams) {
+    constexpr int S = decltype(streams)::value;
+    for (; k + A * kW <= K; k += A * kW) {
+      prefetch_streams<S>(pf, k * int64_t(sizeof(WT)), A * kW * int64_t(sizeof(WT)));
+      V xv[A];
+      for (int i = 0; i < A; ++i) xv[i] = vload(x + k + i * kW);
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < A; ++i) a[r][i] = vfma(vload(w[r] + k + i * kW), xv[i], a[r][i]);
     }
-  }
-  if (k + kW <= K) {
+  });
+  for (; k + kW <= K; k += kW) {
     const V x0 = vload(x + k);
     for (int r = 0; r < R; ++r) a[r][0] = vfma(vload(w[r] + k), x0, a[r][0]);
-    k += kW;
   }
   for (int r = 0; r < R; ++r) {
-    float s = vhsum(vadd(a[r][0], a[r][1]));
+    V t = a[r][0];
+    for (int i = 1; i < A; ++i) t = vadd(t, a[r][i]);
+    float s = vhsum(t);
     for (int64_t kk = k; kk < K; ++kk) s += to_f32(w[r][kk]) * x[kk];
     res[r] = s;
   }
@@ -592,16 +645,19 @@ inline void axpy_group_b1(const WT* const* rows, const float* c, float* out, int
   V cv[Q];
   for (int q = 0; q < Q; ++q) cv[q] = vset1(c[q]);
   int64_t k = c0;
-  for (; k + 2 * kW <= c1; k += 2 * kW) {
-    pf.at(k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
-    V y0 = vload(out + k), y1 = vload(out + k + kW);
-    for (int q = 0; q < Q; ++q) {
-      y0 = vfma(cv[q], vload(rows[q] + k), y0);
-      y1 = vfma(cv[q], vload(rows[q] + k + kW), y1);
+  with_streams<Q>(pf, [&](auto streams) {
+    constexpr int S = decltype(streams)::value;
+    for (; k + 2 * kW <= c1; k += 2 * kW) {
+      prefetch_streams<S>(pf, k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
+      V y0 = vload(out + k), y1 = vload(out + k + kW);
+      for (int q = 0; q < Q; ++q) {
+        y0 = vfma(cv[q], vload(rows[q] + k), y0);
+        y1 = vfma(cv[q], vload(rows[q] + k + kW), y1);
+      }
+      vstore(out + k, y0);
+      vstore(out + k + kW, y1);
     }
-    vstore(out + k, y0);
-    vstore(out + k + kW, y1);
-  }
+  });
   for (; k + kW <= c1; k += kW) {
     V y = vload(out + k);
     for (int q = 0; q < Q; ++q) y = vfma(cv[q], vload(rows[q] + k), y);

@@ -650,6 +650,34 @@ bool row_vec(DType wt, int64_t K, const void* x, std::initializer_list<const voi
   return ok;
 }
 
+// One launch of a row-family kernel (row_kernel, gated_kernel): its types and tile sizes
+// (with_row_config), grid, threads and staged-x bytes.
+template <typename W, typename X, int R, int TB, int V, int NW>
+struct RowLaunch {
+  using WT = W;
+  using XT = X;
+  static constexpr int kR = R, kTB = TB, kV = V, kW = NW;
+  dim3 grid;
+  int threads;
+  size_t smem;
+};
+
+// The shared preamble of launch_row and launch_gated: an empty active set only zeroes
+// `zero`; else launch(RowLaunch<...>, std::bool_constant<x staged in shared memory>).
+template <typename F>
+cudaError_t launch_rows(DType wt, DType xt, int64_t K, int64_t B, const Active& a, bool vec,
+                        cudaStream_t stream, void* zero, size_t zero_bytes, F&& launch) {
+  if (a.n == 0 || B == 0) return zero ? cudaMemsetAsync(zero, 0, zero_bytes, stream) : cudaSuccess;
+  return with_row_config(wt, xt, B, [&](auto wtag, auto xtag, auto R, auto TB, auto V, auto W) {
+    using XT = typename decltype(xtag)::type;
+    constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
+    constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
+    const RowLaunch<typename decltype(wtag)::type, XT, kR, kTB, kV, kW> cfg{
+        dim3(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB)), kW * 32, staged_x_bytes(vec, kTB, K, sizeof(XT))};
+    return cfg.smem ? launch(cfg, std::true_type{}) : launch(cfg, std::false_type{});
+  });
+}
+
 struct AxpyPlan {
   unsigned gx, splits, gz;
   int64_t rows_per_split;
@@ -705,44 +733,30 @@ size_t plan_workspace(const AxpyPlan& p, int64_t D, int64_t B) {
 cudaError_t launch_row(DType wt, const void* w, int64_t K, DType xt, const void* x, int64_t B,
                        Active a, Typed bias, bool relu, DType ot, void* out, int64_t ldo,
                        bool scatter, cudaStream_t stream, void* zero, size_t zero_bytes) {
-  if (a.n == 0 || B == 0) return zero ? cudaMemsetAsync(zero, 0, zero_bytes, stream) : cudaSuccess;
   const bool vec = row_vec(wt, K, x, {w});
-  return with_row_config(wt, xt, B, [&](auto wtag, auto xtag, auto R, auto TB, auto V, auto W) {
-    using WT = typename decltype(wtag)::type;
-    using XT = typename decltype(xtag)::type;
-    constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
-    constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
-    const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
-    const size_t smem = staged_x_bytes(vec, kTB, K, sizeof(XT));
-    auto launch = [&](auto kernel) {
-      return launch_staged(kernel, grid, kW * 32, smem, stream, static_cast<const WT*>(w), K,
-                           static_cast<const XT*>(x), B, a, bias, relu, ot, out, ldo, scatter,
-                           vec, zero, int64_t(zero_bytes / 4));
-    };
-    return smem ? launch(row_kernel<WT, XT, kR, kTB, kV, kW, true>)
-                : launch(row_kernel<WT, XT, kR, kTB, kV, kW, false>);
+  return launch_rows(wt, xt, K, B, a, vec, stream, zero, zero_bytes, [&](auto cfg, auto staged) {
+    using C = decltype(cfg);
+    using WT = typename C::WT;
+    using XT = typename C::XT;
+    return launch_staged(row_kernel<WT, XT, C::kR, C::kTB, C::kV, C::kW, decltype(staged)::value>,
+                         cfg.grid, cfg.threads, cfg.smem, stream, static_cast<const WT*>(w), K,
+                         static_cast<const XT*>(x), B, a, bias, relu, ot, out, ldo, scatter, vec,
+                         zero, int64_t(zero_bytes / 4));
   });
 }
 
 cudaError_t launch_gated(DType wt, const void* w_gate, const void* w_up, int64_t K, DType xt,
                          const void* x, int64_t B, Active a, GatedKind kind, float* h,
                          cudaStream_t stream, void* zero, size_t zero_bytes) {
-  if (a.n == 0 || B == 0) return zero ? cudaMemsetAsync(zero, 0, zero_bytes, stream) : cudaSuccess;
   const bool vec = row_vec(wt, K, x, {w_gate, w_up});
-  return with_row_config(wt, xt, B, [&](auto wtag, auto xtag, auto R, auto TB, auto V, auto W) {
-    using WT = typename decltype(wtag)::type;
-    using XT = typename decltype(xtag)::type;
-    constexpr int kR = decltype(R)::value, kTB = decltype(TB)::value;
-    constexpr int kV = decltype(V)::value, kW = decltype(W)::value;
-    const dim3 grid(cdiv(cdiv(a.n, kR), kW), cdiv(B, kTB));
-    const size_t smem = staged_x_bytes(vec, kTB, K, sizeof(XT));
-    auto launch = [&](auto kernel) {
-      return launch_staged(kernel, grid, kW * 32, smem, stream, static_cast<const WT*>(w_gate),
-                           static_cast<const WT*>(w_up), K, static_cast<const XT*>(x), B, a,
-                           kind, h, vec, zero, int64_t(zero_bytes / 4));
-    };
-    return smem ? launch(gated_kernel<WT, XT, kR, kTB, kV, kW, true>)
-                : launch(gated_kernel<WT, XT, kR, kTB, kV, kW, false>);
+  return launch_rows(wt, xt, K, B, a, vec, stream, zero, zero_bytes, [&](auto cfg, auto staged) {
+    using C = decltype(cfg);
+    using WT = typename C::WT;
+    using XT = typename C::XT;
+    return launch_staged(gated_kernel<WT, XT, C::kR, C::kTB, C::kV, C::kW, decltype(staged)::value>,
+                         cfg.grid, cfg.threads, cfg.smem, stream, static_cast<const WT*>(w_gate),
+                         static_cast<const WT*>(w_up), K, static_cast<const XT*>(x), B, a, kind, h,
+                         vec, zero, int64_t(zero_bytes / 4));
   });
 }
 
