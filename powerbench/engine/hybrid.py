@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from powerbench.engine.config import DecoderEngineConfig, HybridEngineConfig
+from powerbench.engine.config import ACTIVE_MODES, DecoderEngineConfig, HybridEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
@@ -43,7 +43,6 @@ from powerbench.ops.interface import SparseOps, Threshold
 if TYPE_CHECKING:
     from powerbench.model.loading import LoadedModel
 
-ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")
 MAX_TIMED_CALLS = 8192  # decode calls whose GPU part is timed with CUDA events
 DECODE_ROWS = 8  # calls of at most this many rows are decode steps (timed separately)
 NO_CUDA = ("engine=hybrid computes hot neurons on a CUDA GPU and cold neurons on the CPU, "
