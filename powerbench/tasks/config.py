@@ -273,9 +273,7 @@ class ReproduceTask:
     # simulated targets whose children run at once (measured ones always run alone); 0: as
     # many as the cores hold with n_jobs jobs each (cores // n_jobs, at least 1)
     parallel_targets: int = 0
-    # figures, CSVs and README.md (None: results/reproduction/; with `quick`, the run
-    # directory's reproduction/, so a reduced sweep never replaces the published report)
-    out_dir: str | None = None
+    out_dir: str | None = None  # figures, CSVs and README.md (None: results/reproduction/)
     fresh_store: bool = False  # log to a new MLflow store in the run directory
     report_only: bool = False  # run nothing: redraw every figure and the report from the store
 
