@@ -228,6 +228,21 @@ def run_experiment(cfg: PowerbenchConfig, out_dir: Path, tags: dict[str, str] | 
     return ctx
 
 
+def check_placement_settings(cfg: PowerbenchConfig) -> None:
+    """A simulator needs a placement (hardware and solver): ValueError naming the missing
+    settings and their options, before any stage runs."""
+    if cfg.simulator is None or (cfg.solver is not None and cfg.hardware is not None):
+        return
+    from powerbench.config import CONF_DIR
+    from powerbench.config.help import config_groups
+
+    options = config_groups(CONF_DIR)
+    missing = [f"{group}=<name> ({', '.join(options.get(group, []))})"
+               for group in ("hardware", "solver") if getattr(cfg, group) is None]
+    raise ValueError(f"simulator={getattr(cfg.simulator, 'name', '?')} needs a placement: "
+                     f"add {' and '.join(missing)}")
+
+
 def run_stages(ctx: RunContext) -> None:
     from powerbench.hardware import load_hardware
     from powerbench.predictor.stats import predictor_layer_bytes
@@ -235,6 +250,7 @@ def run_stages(ctx: RunContext) -> None:
     from powerbench.solver import PlacementInfeasibleError
 
     cfg = ctx.cfg
+    check_placement_settings(cfg)
     loaded = timed(ctx, "model", lambda: stage_model(ctx))
     split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
     profile = guarded(ctx, loaded, "profile", lambda: stage_profile(ctx, loaded, split))
@@ -246,10 +262,6 @@ def run_stages(ctx: RunContext) -> None:
         predictors = timed(ctx, "predictors",
                            lambda: stage_sized_predictors(ctx, loaded, profile))
     predictor_bytes = predictor_layer_bytes(predictors)
-    if cfg.simulator is not None and (cfg.solver is None or cfg.hardware is None):
-        raise ValueError("simulator=cost_model needs a placement: add hardware=<name> "
-                         "(pc_high, pc_low, a100, oneplus12, local) and solver=<name> "
-                         "(ilp, greedy, layer_offload, all_gpu, all_cpu)")
     placement = None
     if cfg.solver is not None and cfg.hardware is not None:
         hardware = load_hardware(cfg.hardware, cache_dir=ctx.cache)

@@ -14,8 +14,30 @@ a yaml under conf/engine/.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from powerbench.schema_helpers import ConfigRangeError, check_range
+
+DTYPES = ("fp32", "fp16", "bf16")  # engine.dtype (None: the model's own dtype)
+DENSE_KERNELS = ("auto", "torch", "sparse_cpu")  # engine.dense_kernel (powerbench.engine.linear)
+ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")  # engine.ffn.active (hybrid)
+
+
+def check_choice(setting: str, value: str | None, valid: Sequence[str]) -> None:
+    """ConfigRangeError naming `setting` and the valid values unless `value` is one of them
+    (None passes: the default). Called from `__post_init__`, so a bad value fails when the
+    config is composed, before any work."""
+    if value is not None and value not in valid:
+        raise ConfigRangeError(f"{setting}={value!r} is not an option; valid: "
+                               f"{', '.join(valid)}")
+
+
+def check_sparse_backend(setting: str, value: str) -> None:
+    from powerbench.ops.registry import BACKENDS  # torch: imported only to check
+
+    check_choice(setting, value, BACKENDS)
 
 
 @dataclass
@@ -47,6 +69,10 @@ class SparseFFNConfig(FFNConfig):
     backend: str = "sparse_cpu"
     dense_from_rows: int = 32  # calls of >= this many rows (prompts) run the dense FFN
 
+    def __post_init__(self) -> None:
+        check_sparse_backend("engine.ffn.backend", self.backend)
+        check_range("engine.ffn.dense_from_rows", self.dense_from_rows, 1)
+
 
 @dataclass
 class HybridFFNConfig(FFNConfig):
@@ -57,6 +83,15 @@ class HybridFFNConfig(FFNConfig):
     gpu_backend: str = "sparse_cuda"
     cpu_backend: str = "sparse_cpu"
     cpu_threads: str = "auto"  # the CPU part's threads: auto (measured) or a count
+
+    def __post_init__(self) -> None:
+        check_choice("engine.ffn.active", self.active, ACTIVE_MODES)
+        check_sparse_backend("engine.ffn.gpu_backend", self.gpu_backend)
+        check_sparse_backend("engine.ffn.cpu_backend", self.cpu_backend)
+        threads = str(self.cpu_threads)
+        if threads != "auto" and not (threads.isdigit() and int(threads) >= 1):
+            raise ConfigRangeError(f"engine.ffn.cpu_threads={self.cpu_threads!r}: valid: auto "
+                                   "(measured) or a thread count >= 1")
 
 
 @dataclass
@@ -71,6 +106,11 @@ class EngineConfig:
     top_p: float = 1.0  # 1.0: off
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        check_choice("engine.dtype", self.dtype, DTYPES)
+        check_range("engine.top_k", self.top_k, 0)
+        check_range("engine.top_p", self.top_p, 0.0, 1.0, low_open=True)
+
 
 @dataclass
 class DecoderEngineConfig(EngineConfig):
@@ -82,6 +122,11 @@ class DecoderEngineConfig(EngineConfig):
     dense_kernel_max_rows: int = 8
     huge_pages: bool = True  # weights on 2 MiB pages (powerbench.engine.weights.use_huge_pages)
     ffn: FFNConfig = field(default_factory=DenseFFNConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("engine.dense_kernel", self.dense_kernel, DENSE_KERNELS)
+        check_range("engine.dense_kernel_max_rows", self.dense_kernel_max_rows, 0)
 
 
 @dataclass

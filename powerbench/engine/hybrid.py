@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from powerbench.engine.config import DecoderEngineConfig, HybridEngineConfig
+from powerbench.engine.config import ACTIVE_MODES, DecoderEngineConfig, HybridEngineConfig
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
@@ -43,13 +43,15 @@ from powerbench.ops.interface import SparseOps, Threshold
 if TYPE_CHECKING:
     from powerbench.model.loading import LoadedModel
 
-ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")
 MAX_TIMED_CALLS = 8192  # decode calls whose GPU part is timed with CUDA events
 DECODE_ROWS = 8  # calls of at most this many rows are decode steps (timed separately)
+# what a machine without CUDA can run instead: the cost model's estimate of the split
+SIMULATE_INSTEAD = ("simulator=cost_model hardware=pc_high solver=ilp predictor=adaptive (or "
+                    "another GPU hardware profile) simulates the hybrid split instead")
 NO_CUDA = ("engine=hybrid computes hot neurons on a CUDA GPU and cold neurons on the CPU, "
            "and this machine has no CUDA device (torch {version}, {build} build). Use a "
-           "CPU-only engine here (engine=sparse_cpu, sparse_torch or dense), or engine=simulate "
-           "for a GPU estimate; run engine=hybrid on a machine with an NVIDIA GPU.")
+           "CPU-only engine here (engine=sparse_cpu, sparse_torch or dense), or "
+           + SIMULATE_INSTEAD + "; run engine=hybrid on a machine with an NVIDIA GPU.")
 
 
 def require_cuda() -> None:

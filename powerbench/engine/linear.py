@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from powerbench.engine.config import DENSE_KERNELS
+
 LinearFn = Callable[[Tensor, Tensor, Tensor | None], Tensor]
-DENSE_KERNELS = ("auto", "torch", "sparse_cpu")
 #: rows of x up to which the sparse_cpu kernel is used (a GEMM is faster beyond)
 MAX_ROWS = 8
 

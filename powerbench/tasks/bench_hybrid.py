@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
+from powerbench.engine.hybrid import SIMULATE_INSTEAD
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.measure.hybrid_bench import HybridBenchConfig, hybrid_report, local_profile
 from powerbench.tasks.config import BenchHybridTask
@@ -29,8 +30,7 @@ def bench_hybrid(task: BenchHybridTask, cfg: PowerbenchConfig, out_dir: Path) ->
 
     if not torch.cuda.is_available():
         raise SystemExit("bench-hybrid measures engine=hybrid on a CUDA GPU and this machine "
-                         f"has none (torch {torch.__version__}); engine=simulate estimates "
-                         "the hybrid split for a GPU hardware profile instead")
+                         f"has none (torch {torch.__version__}); {SIMULATE_INSTEAD}")
     bench = HybridBenchConfig(layers=task.layers, gpu_ffn_shares=tuple(task.gpu_ffn_shares),
                               batch=task.batch, prompt_tokens=task.prompt_tokens,
                               new_tokens=task.new_tokens, rounds=task.rounds,

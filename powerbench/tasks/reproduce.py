@@ -4,7 +4,9 @@ Each named target runs (its sweep or command in a child powerbench,
 powerbench.reproduce.target_runner) and its figure is written to <out_dir>/<name>.csv/.png
 as soon as its runs exist; each gets its own MLflow run with the figure, the CSV and the
 published-vs-ours table (powerbench.reproduce.target_record); then <out_dir>/README.md is
-regenerated from every target whose runs exist. The simulated targets run
+regenerated from every target whose runs exist. <out_dir> is `task.out_dir`, else
+results/reproduction/, except for `--quick`: a reduced sweep writes into its run directory
+(`reproduction/`), never over the published report. The simulated targets run
 `task.parallel_targets` at a time (0: as many as the cores hold with `task.n_jobs` jobs
 each), the measured ones alone. `task.fresh_store=true` logs everything to
 a new store in this run's directory (what the committed report is generated from);
@@ -85,6 +87,15 @@ def machine(parallel: int = 1) -> str:
     return f"run on {machine_tags().get('host_cpu', 'an unknown CPU')}{together}"
 
 
+def report_dir(task: ReproduceTask, run_dir: Path) -> Path:
+    """Where the figures, CSVs and report go: `task.out_dir`; else, for a `--quick` run,
+    `<run dir>/reproduction/` (a reduced sweep never replaces the published report); else
+    results/reproduction/."""
+    if task.out_dir:
+        return Path(task.out_dir)
+    return run_dir / "reproduction" if task.quick else paper_results_dir()
+
+
 def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list[Outcome]:
     if task.list:
         print(listing())
@@ -93,7 +104,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     uri = (f"sqlite:///{(out_dir / 'mlflow.db').resolve()}" if task.fresh_store
            else resolve_uri(cfg.tracking.uri))
     opts = RunOptions(tracking_uri=uri,
-                      out_dir=Path(task.out_dir) if task.out_dir else paper_results_dir(),
+                      out_dir=report_dir(task, out_dir),
                       work_dir=out_dir, cache_dir=cfg.cache_dir, n_jobs=task.n_jobs,
                       parallel_targets=parallel_targets(task), quick=task.quick,
                       rerun=cfg.rerun)
@@ -119,7 +130,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     report = write_report(opts.out_dir / REPORT, results, command_line(task),
                           machine(opts.parallel_targets
                                   if sum(t.simulated for t in to_run) > 1 else 1))
-    if not task.out_dir:  # the repository's results/: its index lists this study too
+    if not (task.out_dir or task.quick):  # results/: its index lists this study too
         write_results_index(opts.out_dir.parent)
     print(f"\n{report}")
     for result in results:

@@ -30,6 +30,23 @@ CASES = [
      r"predictor\.target_recall=1\.5 is out of range; valid: 0\.0 < predictor\.target_recall "
      r"<= 1\.0"),
     (["predictor=adaptive", "predictor.target_recall=0"], r"predictor\.target_recall=0"),
+    # engine choices and ranges: named with the valid values before any stage runs
+    (["engine=sparse_cpu", "engine.dense_kernel=nope"],
+     r"engine\.dense_kernel='nope' is not an option; valid: auto, torch, sparse_cpu"),
+    (["engine.dtype=fp8"], r"engine\.dtype='fp8' is not an option; valid: fp32, fp16, bf16"),
+    (["engine=sparse_cpu", "engine.ffn.backend=nope"],
+     r"engine\.ffn\.backend='nope' is not an option; valid: sparse_torch, sparse_cpu, "
+     r"sparse_cuda"),
+    (["engine=sparse_cpu", "engine.ffn.dense_from_rows=0"], r"engine\.ffn\.dense_from_rows=0"),
+    (["engine.top_p=2"], r"engine\.top_p=2\.0 is out of range; valid: 0\.0 < engine\.top_p <= "
+     r"1\.0"),
+    (["engine.top_k=-1"], r"engine\.top_k=-1 is out of range"),
+    (["engine.dense_kernel_max_rows=-1"], r"engine\.dense_kernel_max_rows=-1 is out of range"),
+    (["engine=hybrid", "engine.ffn.active=nope"],
+     r"engine\.ffn\.active='nope' is not an option; valid: auto, predictor, oracle, dense"),
+    (["engine=hybrid", "engine.ffn.cpu_backend=cpu"], r"engine\.ffn\.cpu_backend='cpu'"),
+    (["engine=hybrid", "engine.ffn.cpu_threads=0"],
+     r"engine\.ffn\.cpu_threads='0': valid: auto \(measured\) or a thread count >= 1"),
 ]
 
 
