@@ -5,7 +5,8 @@
 `<engine>.<hardware variant>.<column>`, and the same rows as a CSV in its run directory.
 `validation_table()` turns the newest such run back into those rows; `plot_validation()`
 draws them (validate draws it into its run directory; `powerbench figure validation_local`
-redraws it from MLflow into results/validation/, or `task.out_dir`).
+redraws it from MLflow into its run directory, `task.out_dir`, or with
+`task.publish=true` results/validation/).
 """
 
 from __future__ import annotations

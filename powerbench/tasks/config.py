@@ -248,12 +248,14 @@ class BenchThresholdTask:
 
 @dataclass
 class FigureTask:
-    """Regenerate figures from MLflow runs (results/<figure>.csv and .png)."""
+    """Regenerate figures from MLflow runs (<figure>.csv and .png): into the run directory's
+    figures/, or with `publish` into results/ (the published pages' files)."""
 
     _target_: str = "powerbench.tasks.figure.figure"
     name: str = "figure"
     figures: list[str] = field(default_factory=list)  # empty: every figure
-    out_dir: str | None = None  # None: results/
+    out_dir: str | None = None  # None: <run dir>/figures/ (results/ with publish=true)
+    publish: bool = False  # write into results/ (what the docs cite), replacing its files
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """`powerbench figure [NAME...]`: figures redrawn from MLflow runs (FIGURES and every
-reproduction target, e.g. `powerbench figure fig10 fig12`)."""
+reproduction target, e.g. `powerbench figure fig10 fig12`), into the run directory's
+figures/ (`task.out_dir` elsewhere; `task.publish=true` into results/, over the files the
+docs cite)."""
 
 from __future__ import annotations
 
@@ -18,15 +20,24 @@ def figures() -> dict[str, Callable]:
     return {**{t.name: t.figure for t in TARGETS.values()}, **FIGURES}
 
 
+def figures_dir(task: FigureTask, run_dir: Path) -> Path | None:
+    """`task.out_dir`; else None with `publish` (each figure's results/ folder); else
+    <run dir>/figures/."""
+    if task.out_dir:
+        return Path(task.out_dir)
+    return None if task.publish else run_dir / "figures"
+
+
 def figure(task: FigureTask, cfg: PowerbenchConfig, out_dir: Path) -> list:
     known = figures()
     unknown = sorted(set(task.figures) - set(known))
     if unknown:
         raise SystemExit(f"unknown figure(s) {unknown}; choose from {sorted(known)}")
     outputs = []
+    target = figures_dir(task, out_dir)
     for name in task.figures or list(known):
         try:
-            out = known[name](tracking_uri=resolve_uri(cfg.tracking.uri), out_dir=task.out_dir)
+            out = known[name](tracking_uri=resolve_uri(cfg.tracking.uri), out_dir=target)
         except LookupError as err:
             print(f"{name}: {err}")
             continue
