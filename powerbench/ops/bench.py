@@ -310,13 +310,16 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
         t_dense = statistics.median(dense_s[best])
         limit = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
                      ceiling_probe=ceil.probe) if ceil else {}
+        # the dense kernel's GB/s in the same rounds as these calls (as the speedup), not
+        # pooled over the run: the host's bandwidth drifts between sparsities
+        same_rounds = {**base, "dense_gbps": full_bytes / t_dense / 1e9}
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
             rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
                                   sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
                                   speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **limit,
-                                  **base))
+                                  **same_rounds))
             log(format_row(rows[-1]))
     for name in dense_names:
         t = medians[name]

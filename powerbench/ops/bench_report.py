@@ -31,7 +31,8 @@ class ResultRow:
     dense_time_us: float  # its median over the calls interleaved with this row's
     speedup: float  # dense_time_us / time_us
     achieved_gbps: float  # touched bytes / time
-    dense_gbps: float  # the dense kernel's GB/s on the full matrices (all its calls)
+    dense_gbps: float  # the dense kernel's GB/s on the full matrices (a sparse row: its
+    # calls in the same rounds as that row's, as `speedup`; a dense row: all its calls)
     bandwidth_gbps: float  # the read probe of this run
     huge_page_fraction: float = 0.0  # share of the weight bytes on 2 MiB pages (dense and sparse)
     variant: str = ""  # the CPU kernels' knob setting timed ("" : the defaults; ops.cpu_knobs)
