@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from enum import Enum
 from functools import cache
 
@@ -49,3 +50,12 @@ def check_range(setting: str, value: float | None, low: float | None = None,
         lo = "" if low is None else f"{low} {'<' if low_open else '<='} "
         hi = "" if high is None else f" <= {high}"
         raise ConfigRangeError(f"{setting}={value} is out of range; valid: {lo}{setting}{hi}")
+
+
+def check_choice(setting: str, value: str | None, valid: Sequence[str]) -> None:
+    """ConfigRangeError naming `setting` and the valid values unless `value` is one of them
+    (None passes: the default). Called from `__post_init__`, so a bad value fails when the
+    config is composed, before any work."""
+    if value is not None and value not in valid:
+        raise ConfigRangeError(f"{setting}={value!r} is not an option; valid: "
+                               f"{', '.join(valid)}")

@@ -14,24 +14,14 @@ a yaml under conf/engine/.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from powerbench.schema_helpers import ConfigRangeError, check_range
+from powerbench.schema_helpers import ConfigRangeError, check_choice, check_range
 
 DTYPES = ("fp32", "fp16", "bf16")  # engine.dtype (None: the model's own dtype)
 DENSE_KERNELS = ("auto", "torch", "sparse_cpu")  # engine.dense_kernel (powerbench.engine.linear)
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")  # engine.ffn.active (hybrid)
-
-
-def check_choice(setting: str, value: str | None, valid: Sequence[str]) -> None:
-    """ConfigRangeError naming `setting` and the valid values unless `value` is one of them
-    (None passes: the default). Called from `__post_init__`, so a bad value fails when the
-    config is composed, before any work."""
-    if value is not None and value not in valid:
-        raise ConfigRangeError(f"{setting}={value!r} is not an option; valid: "
-                               f"{', '.join(valid)}")
 
 
 def check_sparse_backend(setting: str, value: str) -> None:

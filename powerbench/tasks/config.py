@@ -12,7 +12,8 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema_helpers import check_range
+from powerbench.schema_helpers import check_choice, check_range
+from powerbench.simulator.config import PrefillMode
 
 
 @dataclass
@@ -331,6 +332,10 @@ class SensitivityTask:
     missing: dict[str, str] = field(default_factory=dict)
     validation_batches: int = 11  # newest real-size `validate` reports (results/validation/) shown
     page_only: bool = False  # redraw README.md from the CSVs (no simulation)
+
+    def __post_init__(self) -> None:
+        check_choice("task.alternative_prefill", self.alternative_prefill,
+                     [m.value for m in PrefillMode])
 
 
 @dataclass

@@ -152,13 +152,6 @@ def prompt_read_as(mode: PrefillMode) -> Variant:
     return variant
 
 
-def prefill_mode(value: str) -> PrefillMode:
-    if value not in PrefillMode.__members__:
-        raise ValueError(f"task.alternative_prefill={value!r} is not a prefill mode; valid: "
-                         f"{', '.join(PrefillMode.__members__)} (or null: no such column)")
-    return PrefillMode(value)
-
-
 def _change(c_base: Any, c_new: Any) -> float:
     """How much a row's value moved: relative (%) for relative rows, points for shares."""
     if not (math.isfinite(c_base.ours) and math.isfinite(c_new.ours)):
@@ -193,23 +186,19 @@ def calibration_tables(task: SensitivityTask) -> tuple[pd.DataFrame, pd.DataFram
     prepare(jobs)
     base = rows(jobs)
     before = rows(jobs, "previous", previous_factors(dict(task.previous)))
+    mode = task.alternative_prefill  # checked at composition (SensitivityTask)
+    alt = (rows(jobs, f"prefill_{mode}", prompt_read_as(PrefillMode(mode))) if mode
+           else [None] * len(base))
     table = pd.DataFrame([{
         "row": c.published.label, "published": c.published.value,
         "tolerance": c.published.tolerance, "absolute": c.published.absolute,
         "previous": b.ours, "previous_error": row_error(b), "previous_within": b.within,
         "ours": c.ours, "error": row_error(c), "within": c.within,
+        **({"alternative_prefill": mode, "alternative": a.ours,
+            "alternative_error": row_error(a), "alternative_within": a.within} if a is not None else {}),
         "missing_mechanism": _note(task.missing, c.published.label, c.published.value,
                                    c.within),
-    } for c, b in zip(base, before, strict=True)])
-    if task.alternative_prefill:
-        mode = prefill_mode(task.alternative_prefill)
-        alt = rows(jobs, f"prefill_{mode.value}", prompt_read_as(mode))
-        table.insert(table.columns.get_loc("missing_mechanism"), "alternative_prefill",
-                     mode.value)
-        for name, values in (("alternative", [a.ours for a in alt]),
-                             ("alternative_error", [row_error(a) for a in alt]),
-                             ("alternative_within", [a.within for a in alt])):
-            table.insert(table.columns.get_loc("missing_mechanism"), name, values)
+    } for c, b, a in zip(base, before, alt, strict=True)])
     sens = []
     step = task.step
     for name, (minus, plus) in constants_varied(step).items():

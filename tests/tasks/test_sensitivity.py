@@ -12,9 +12,9 @@ from powerbench.simulator.config import (
     SimulatorConfig,
     TokenOverlapConfig,
 )
+from powerbench.tasks.config import SensitivityTask
 from powerbench.tasks.sensitivity import (
     _note,
-    prefill_mode,
     previous_factors,
     prompt_read_as,
     scale_hw,
@@ -81,6 +81,8 @@ def test_prompt_alternative_recosts_only_prompts_through_the_sparse_operators():
 
 
 def test_unknown_alternative_prefill_names_the_valid_modes():
-    assert prefill_mode("powerinfer_public") is PrefillMode.powerinfer_public
+    task = SensitivityTask(alternative_prefill="powerinfer_public")
+    assert PrefillMode(task.alternative_prefill) is PrefillMode.powerinfer_public
+    assert SensitivityTask(alternative_prefill=None).alternative_prefill is None  # no column
     with pytest.raises(ValueError, match="valid: gpu_stream, hybrid, dense, powerinfer_public"):
-        prefill_mode("public")
+        SensitivityTask(alternative_prefill="public")  # fails at composition
