@@ -21,7 +21,7 @@ of P x B rows: each device reads its neurons in the union over the prompt and, w
 `token_skip`, computes each token's own). `prefill.mode=powerinfer_public` is that pass with
 each sparse operator reading its rows as PowerInfer's public code does (once per prompt, or
 again for every token: powerbench.simulator.public_prompt); `experiment/system=powerinfer`
-uses it.
+keeps `hybrid` (conf/experiment/system/powerinfer.yaml says why).
 """
 
 from __future__ import annotations
