@@ -24,7 +24,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/ruff check powerbench tests experiments
-	$(OFFLINE) $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	# --durations: the slowest tests, so a suite drifting past its ~10 min budget shows where
+	$(OFFLINE) $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
 
 # A shared MLflow server on PostgreSQL (Debian's postgresql, installed when missing), on
 # loopback port 5000 with PostgreSQL on 5433; data in .cache/mlflow-server. Ctrl-C stops it.
