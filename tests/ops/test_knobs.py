@@ -55,7 +55,9 @@ SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "
             {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000},
             {"wake_ahead_pct": 50},
             {"wide_adjacent_pct": 101}, {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
-            {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536})
+            {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536},
+            {"stream_loop": 0}, {"stream_loop": 0, "one_slot_adjacent_pct": 1},
+            {"axpy_min_slots": 1}, {"axpy_min_slots": 8})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -95,5 +97,35 @@ def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_u
             assert torch.equal(cpu_ops.row(w, x, idx), expected)
         with torch_threads(2):
             assert cpu_ops.threads_used() == 2
+    finally:
+        cpu_ops.set_knobs({})
+
+
+# Rows of 4 KiB and more prefetch `prefetch_bytes` ahead and switch to the next row's lines
+# at row_bytes - prefetch_bytes, which odd lengths put inside a loop step; K = 2085 and 4133
+# are odd and not multiples of any vector width. Ids: all rows (one slot per thread), the
+# even rows and a random half (4 slots), each including the last row.
+LONG_ROWS = ((97, 2085), (41, 4133))
+
+
+@pytest.mark.parametrize("loop", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_long_odd_rows_on_every_path_under_both_stream_loops(cpu_ops, isa, gen, dtype, loop):
+    """The batch-1 row loops with the prefetch cut at the row switch (stream_loop 1) and with
+    a select per line (0), on every ISA path, against float64: row, axpy (fp32: two slots
+    at least, knob axpy_min_slots) and the gated FFN."""
+    try:
+        cpu_ops.set_knobs({"stream_loop": loop})
+        for n, k in LONG_ROWS:
+            w = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
+            x = torch.randn(1, k, generator=gen).to(dtype)
+            half = torch.randperm(n - 1, generator=gen)[: n // 2]
+            for idx in (torch.arange(n), torch.arange(0, n, 2),
+                        torch.cat([half, torch.tensor([n - 1])]).sort().values):
+                ref.assert_close(cpu_ops.row(w, x, idx), ref.row(w, x, idx), dtype)
+                c = torch.randn(1, idx.numel(), generator=gen).to(dtype)
+                ref.assert_close(cpu_ops.axpy(w, c, idx), ref.axpy(w, c, idx), dtype)
+                ref.assert_close(cpu_ops.ffn_gated(x, w, w, w, idx, "swiglu"),
+                                 ref.ffn_gated(x, w, w, w, idx, "swiglu"), dtype)
     finally:
         cpu_ops.set_knobs({})

@@ -22,6 +22,8 @@ enum Knob : int {
   kKnobWakeAheadPct,       // ... or this percentage of the predicted gap, if longer (0: off)
   kKnobWideAdjacentPct,    // batch 1: 2x row slots where < this % of ids follow their predecessor
   kKnobOneSlotAdjacentPct, // batch 1: one row slot where >= this % of ids do (0: off)
+  kKnobStreamLoop,         // 1: row loops prefetch without a per-line select (RowStreams::loop)
+  kKnobAxpyMinSlots,       // batch-1 axpy of fp32 rows: at least this many row slots per thread
   kKnobCount
 };
 
@@ -43,12 +45,15 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"wake_ahead_pct", 0, 0, 90},
     {"wide_adjacent_pct", 0, 0, 101},
     {"one_slot_adjacent_pct", 95, 0, 100},
+    {"stream_loop", 1, 0, 1},
+    {"axpy_min_slots", 2, 1, 8},
 };
 
 inline std::atomic<int64_t> g_knobs[kKnobCount] = {
     kKnobSpecs[0].value, kKnobSpecs[1].value, kKnobSpecs[2].value,
     kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value, kKnobSpecs[6].value,
-    kKnobSpecs[7].value, kKnobSpecs[8].value, kKnobSpecs[9].value};
+    kKnobSpecs[7].value, kKnobSpecs[8].value, kKnobSpecs[9].value, kKnobSpecs[10].value,
+    kKnobSpecs[11].value};
 
 inline int64_t knob(Knob k) { return g_knobs[k].load(std::memory_order_relaxed); }
 

@@ -66,13 +66,12 @@ inline uint32_t probe_group(const char* const* w, int64_t len, const RowStreams&
   int64_t k = 0;
   with_streams<R>(pf, [&](auto streams) {
     constexpr int S = decltype(streams)::value;
-    for (; k + 2 * kProbeVB <= len; k += 2 * kProbeVB) {
-      prefetch_streams<S>(pf, k, 2 * kProbeVB);
+    k = pf.loop<S, 2 * kProbeVB, 1>(k, len, [&](int64_t kk) {
       for (int r = 0; r < R; ++r) {
-        a[r][0] += probe_load(w[r] + k);
-        a[r][1] += probe_load(w[r] + k + kProbeVB);
+        a[r][0] += probe_load(w[r] + kk);
+        a[r][1] += probe_load(w[r] + kk + kProbeVB);
       }
-    }
+    });
   });
   ProbeVec s{};
   for (int r = 0; r < R; ++r) s += a[r][0] + a[r][1];

@@ -228,6 +228,54 @@ struct RowStreams {
       for (int q = 0; q < S; ++q) prefetch_l2((in_row ? ahead[q] : after[q]) + o);
     }
   }
+  // body(k) for k = k0, k0 + Step, ... while k + Step <= k_end (elements of EB bytes), each
+  // step after the prefetch of its lines in S streams (S == 0: pf.streams, the run-time
+  // loop). Knob stream_loop >= 1: the loop is cut where the prefetch leaves the rows
+  // (switch_off, rounded up to a step) into a part that prefetches `ahead` and one that
+  // prefetches `after`, the bases copied to locals: one prefetch instruction per line and
+  // stream, no select. objdump of the fp16 4-row loop (dot_rows<f16, 4>, avx512_bf16):
+  // 35 instructions per 4 lines with at_n (a compare and branch on switch_off, a base
+  // reloaded from `ahead`/`after` and added per prefetch), 26 now (2 x loads, 8 vcvtph2ps,
+  // 8 FMAs, 4 prefetcht1, one spilled loop bound, add, compare, branch). Same-process A/Bs,
+  // 4096x16384 b1, stream_loop 1 vs 0 (the dense kernel, the same loop, at 1 in both):
+  // 2026-11-26 17:14 UTC (load 2.6-3.0) fp16 50% row 1.82x vs 1.73x dense, ffn_gated 1.82x
+  // vs 1.73x; 17:17 UTC (load 1.5) fp32 row 0% 0.99x vs 0.93x, 50% 1.88x vs 1.68x, 90%
+  // 8.69x vs 7.76x, fp16 row 50% 1.95x vs 1.88x, ffn_relu / ffn_gated 1.81x vs 1.77x.
+  // Returns the first k not done.
+  template <int S, int64_t Step, int64_t EB, typename F>
+  inline int64_t loop(int64_t k, int64_t k_end, F&& body) const {
+    constexpr int64_t kBytes = Step * EB;
+    if constexpr (S > 0) {
+      if (knob(kKnobStreamLoop) > 0) {
+        const int64_t k_sw = (switch_off + EB - 1) / EB;  // first element past the switch
+        for (int part = 0; part < 2; ++part) {
+          const char* base[S];
+          for (int q = 0; q < S; ++q) base[q] = part == 0 ? ahead[q] : after[q];
+          const int64_t stop = part == 0 ? (k_sw < k_end ? k_sw : k_end) : k_end;
+          int64_t steps = k < stop ? (stop - k + Step - 1) / Step : 0;
+          const int64_t room = k + Step <= k_end ? (k_end - k) / Step : 0;
+          steps = steps < room ? steps : room;
+          for (int64_t i = 0; i < steps; ++i, k += Step) {
+            const int64_t o = k * EB;
+            for (int64_t l = 0; l < kBytes; l += 64)
+              for (int q = 0; q < S; ++q) prefetch_l2(base[q] + o + l);
+            body(k);
+          }
+        }
+        return k;
+      }
+      for (; k + Step <= k_end; k += Step) {
+        at_n<S>(k * EB, kBytes);
+        body(k);
+      }
+    } else {
+      for (; k + Step <= k_end; k += Step) {
+        at(k * EB, kBytes);
+        body(k);
+      }
+    }
+    return k;
+  }
 };
 
 // f(std::integral_constant<int, S>) with S = pf.streams when it is R or kRowGroup (always,
@@ -290,13 +338,12 @@ inline void dot_rows(const WT* const* w, const float* x, int64_t K, float* res,
   int64_t k = 0;
   with_streams<R>(pf, [&](auto streams) {
     constexpr int S = decltype(streams)::value;
-    for (; k + A * kW <= K; k += A * kW) {
-      prefetch_streams<S>(pf, k * int64_t(sizeof(WT)), A * kW * int64_t(sizeof(WT)));
+    k = pf.loop<S, A * kW, int64_t(sizeof(WT))>(k, K, [&](int64_t kk) {
       V xv[A];
-      for (int i = 0; i < A; ++i) xv[i] = vload(x + k + i * kW);
+      for (int i = 0; i < A; ++i) xv[i] = vload(x + kk + i * kW);
       for (int r = 0; r < R; ++r)
-        for (int i = 0; i < A; ++i) a[r][i] = vfma(vload(w[r] + k + i * kW), xv[i], a[r][i]);
-    }
+        for (int i = 0; i < A; ++i) a[r][i] = vfma(vload(w[r] + kk + i * kW), xv[i], a[r][i]);
+    });
   });
   for (; k + kW <= K; k += kW) {
     const V x0 = vload(x + k);
@@ -364,6 +411,11 @@ inline void dot_rows_tokens(const WT* const* w, const float* x, int64_t K, int64
   const float* wr[R];
   for (int64_t k0 = 0; k0 < Kv; k0 += kb) {
     const int64_t len = k0 + kb < Kv ? kb : Kv - k0;
+    // the run-time prefetch loop: the batch-1 loops' compile-time stream count (at_n) lost
+    // here in a same-process A/B (2026-11-26 17:16 UTC, load 2.0-2.1, 4096x16384 b8, at_n
+    // vs at: fp16 row 0% 7731 vs 6614 us, 50% 3908 vs 2540 us; bf16 axpy 0% 7283 vs 5785
+    // us; fp32 row 8489 vs 9837 us the one clear gain), perhaps as a block's 64 prefetches
+    // then go out back to back instead of spread over the block's work (not measured apart)
     pf.at(k0 * int64_t(sizeof(WT)), len * int64_t(sizeof(WT)));
     for (int r = 0; r < R; ++r) {
       if constexpr (sizeof(WT) == sizeof(float)) {
@@ -647,16 +699,15 @@ inline void axpy_group_b1(const WT* const* rows, const float* c, float* out, int
   int64_t k = c0;
   with_streams<Q>(pf, [&](auto streams) {
     constexpr int S = decltype(streams)::value;
-    for (; k + 2 * kW <= c1; k += 2 * kW) {
-      prefetch_streams<S>(pf, k * int64_t(sizeof(WT)), 2 * kW * int64_t(sizeof(WT)));
-      V y0 = vload(out + k), y1 = vload(out + k + kW);
+    k = pf.loop<S, 2 * kW, int64_t(sizeof(WT))>(k, c1, [&](int64_t kk) {
+      V y0 = vload(out + kk), y1 = vload(out + kk + kW);
       for (int q = 0; q < Q; ++q) {
-        y0 = vfma(cv[q], vload(rows[q] + k), y0);
-        y1 = vfma(cv[q], vload(rows[q] + k + kW), y1);
+        y0 = vfma(cv[q], vload(rows[q] + kk), y0);
+        y1 = vfma(cv[q], vload(rows[q] + kk + kW), y1);
       }
-      vstore(out + k, y0);
-      vstore(out + k + kW, y1);
-    }
+      vstore(out + kk, y0);
+      vstore(out + kk + kW, y1);
+    });
   });
   for (; k + kW <= c1; k += kW) {
     V y = vload(out + k);
@@ -766,7 +817,15 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   // [B, D] partial sum (the caller straight into `out`); the partials are added at the end.
   const int workers0 = m * D * B >= kParallelMin && nt > 1 ? nt : 1;
   const int workers = workers0 < kMaxWorkers ? workers0 : kMaxWorkers;
-  const int slots = gather_slots(live, m, B);
+  // fp32 rows at batch 1: at least knob axpy_min_slots (default 2) row slots, where one
+  // slot (mostly consecutive ids, gather_slots) would stream them alone. Same-process A/Bs
+  // (bench-operators task.variants, 4096x16384 b1 at 0% sparsity, 2026-11-26 17:19-17:22
+  // UTC, load 1.3-2.9, three runs): fp32 0.94x / 0.93x / 0.90x dense with one slot, 0.99x /
+  // 1.00x / 0.96x with two; fp16 1.01-1.03x either way; bf16 lost with two (1.04x -> 0.98x,
+  // 0.98x -> 0.88x), so 16-bit rows keep one slot.
+  int slots = gather_slots(live, m, B);
+  const int64_t min_slots = sizeof(WT) == sizeof(float) ? knob(kKnobAxpyMinSlots) : 1;
+  if (B == 1 && slots < min_slots) slots = min_slots < kMaxSlots ? int(min_slots) : kMaxSlots;
   const int64_t grab = rows_per_grab(D * int64_t(sizeof(WT)), m, workers, slots);
   float* partial[kMaxWorkers] = {};
   parallel_for(m, grab, workers, [&](int64_t p0, int64_t p1, int worker) {
