@@ -113,7 +113,7 @@ class EngineConfig:
     _target_: str = "powerbench.engine.decoder_engine.DecoderEngine"
     name: str = "dense"
     dtype: str | None = None  # fp32 | fp16 | bf16; None: the model's own dtype
-    device: str | None = None  # e.g. cpu, cuda; None: where the model is
+    device: str | None = None  # cpu | cuda | cuda:N (a GPU index); None: where the model is
     # sampling (used when bench.greedy is false)
     temperature: float = 1.0
     top_k: int = 0  # 0: off
