@@ -26,6 +26,10 @@ skips them. `--quick` is `task.quick=true` and `--list` is `task.list=true`.
 `--multirun`, `--cfg job`, `--help` and MLflow tracking. Task options live under `task.`
 (e.g. `powerbench bench-decode task.rounds=41`). The composed config is converted to typed
 dataclasses once, here, and the task is built from it (`build(cfg.task, cfg, out_dir)`).
+A user error (`powerbench.schema_helpers.UserError`: a setting out of range, a model that
+does not fit its budget) prints its message alone and exits 1; what the run wrote before
+it stays in its run directory. `HYDRA_FULL_ERROR=1` shows its traceback, as every other
+exception's.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig
 
 from powerbench.config import CONF_DIR, register_configs
 from powerbench.config.help import HELP_FLAGS, app_help
 from powerbench.paths import check_cache_writable
+from powerbench.schema_helpers import UserError
 
 log = logging.getLogger("powerbench")
 
@@ -126,6 +132,12 @@ def job_threads(launcher: DictConfig, cores: int) -> int | None:
     return max(1, cores // jobs)
 
 
+class UserErrorMessage(CompactHydraException):
+    """A UserError as Hydra reports it: the message alone (Hydra prints a compact
+    exception's text, no traceback, and exits 1; with HYDRA_FULL_ERROR=1 it raises it, the
+    user error its cause). The job still ends FAILED: a sweep goes on with the next."""
+
+
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig) -> object:
     import os
@@ -145,9 +157,12 @@ def _app(cfg: DictConfig) -> object:
             torch.set_num_threads(threads)
             os.environ["OMP_NUM_THREADS"] = str(threads)
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    config = typed(cfg)  # the one conversion (ranges checked): typed dataclasses from here
-    check_cache_writable(config.cache_dir)  # a real write, before any task does work
-    return build(config.task, config, out_dir)
+    try:
+        config = typed(cfg)  # the one conversion (ranges checked): typed dataclasses from here
+        check_cache_writable(config.cache_dir)  # a real write, before any task does work
+        return build(config.task, config, out_dir)
+    except UserError as err:
+        raise UserErrorMessage(f"{type(err).__name__}: {err}") from err
 
 
 def _killed(signum: int, frame: object) -> None:

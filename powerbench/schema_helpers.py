@@ -33,7 +33,14 @@ def coerce_enums(obj: object) -> None:
             object.__setattr__(obj, name, enum(value))
 
 
-class ConfigRangeError(ValueError):
+class UserError(Exception):
+    """An error in what was asked for (a setting, a model too large for its budget) whose
+    message says what to change: `powerbench` prints the message without a traceback
+    (HYDRA_FULL_ERROR=1 shows it); every other exception keeps its traceback. The one list
+    of them is this class's subclasses: each also derives from the built-in error it is."""
+
+
+class ConfigRangeError(UserError, ValueError):
     """A setting outside its valid range (the message names the setting and the range)."""
 
 

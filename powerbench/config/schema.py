@@ -82,6 +82,9 @@ class PowerbenchConfig:
 
     def __post_init__(self) -> None:
         self._check_positions()
+        check_engine = getattr(self.engine, "check_composed", None)
+        if check_engine is not None:  # the engine against the predictor and this machine
+            check_engine(self.predictor)
 
     def _check_positions(self) -> None:
         """A measured decode must fit the model's positions (prompt + generated tokens)."""

@@ -10,18 +10,39 @@ here (never in yaml); the engine builds it with the config's fields as keyword a
 plus the context the class asks for (weights, predictors, placement, profile ...). A new
 FFN is a class, an `FFNConfig` subclass, an engine schema whose `ffn` is that config, and
 a yaml under conf/engine/.
+
+Contradictions between settings fail when the config is composed, naming the settings and
+what to use instead: an FFN that computes the neurons a predictor chooses
+(`FFNConfig.needs_predictor`) without one, `engine.device` on a device the engine cannot
+use, and (`EngineConfig.check_composed`, called once for the composed config at the job's
+start, on the machine that runs it) a CUDA device that this machine does not have.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from powerbench.schema_helpers import ConfigRangeError, check_choice, check_range
 
 DTYPES = ("fp32", "fp16", "bf16")  # engine.dtype (None: the model's own dtype)
 DENSE_KERNELS = ("auto", "torch", "sparse_cpu")  # engine.dense_kernel (powerbench.engine.linear)
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")  # engine.ffn.active (hybrid)
+# engine.device (None: where the model is): torch's CPU or a CUDA device
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+DEVICES = "cpu, cuda, cuda:<index>"
+
+
+def check_device(setting: str, value: str | None) -> None:
+    """ConfigRangeError naming `setting` unless `value` is None, cpu or cuda[:<index>]."""
+    if value is not None and not DEVICE.fullmatch(value):
+        raise ConfigRangeError(f"{setting}={value!r} is not a device; valid: {DEVICES} (a "
+                               f"GPU is {setting}=cuda; unset: where the model is)")
+
+
+def on_cuda(device: str | None) -> bool:
+    return device is not None and device.startswith("cuda")
 
 
 def check_sparse_backend(setting: str, value: str) -> None:
@@ -35,6 +56,8 @@ class FFNConfig:
     """Base of every FFN's typed config: `_target_` is the FFN class."""
 
     _target_: str = "powerbench.engine.ffn.DenseFFN"
+    # the FFN computes the neurons a predictor chooses (the engine needs predictor=...)
+    needs_predictor: ClassVar[bool] = False
 
 
 def ffn_node(cfg: FFNConfig) -> dict[str, Any]:
@@ -56,6 +79,7 @@ class SparseFFNConfig(FFNConfig):
     (sparse_cpu | sparse_cuda | sparse_torch; one that cannot be built falls back)."""
 
     _target_: str = "powerbench.engine.sparse.SparseFFN"
+    needs_predictor: ClassVar[bool] = True
     backend: str = "sparse_cpu"
     dense_from_rows: int = 32  # calls of >= this many rows (prompts) run the dense FFN
 
@@ -89,7 +113,7 @@ class EngineConfig:
     _target_: str = "powerbench.engine.decoder_engine.DecoderEngine"
     name: str = "dense"
     dtype: str | None = None  # fp32 | fp16 | bf16; None: the model's own dtype
-    device: str | None = None  # e.g. cpu, cuda; None: where the model is
+    device: str | None = None  # cpu | cuda | cuda:N (a GPU index); None: where the model is
     # sampling (used when bench.greedy is false)
     temperature: float = 1.0
     top_k: int = 0  # 0: off
@@ -98,8 +122,32 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         check_choice("engine.dtype", self.dtype, DTYPES)
+        check_device("engine.device", self.device)
         check_range("engine.top_k", self.top_k, 0)
         check_range("engine.top_p", self.top_p, 0.0, 1.0, low_open=True)
+
+    def check_composed(self, predictor: Any) -> None:
+        """The engine against the rest of the composed config (`predictor`: its predictor
+        node, None if unset) and this machine: ConfigRangeError naming the settings and
+        what to use instead. Called once, when the job's config is typed (on the machine
+        that runs it: a config composed without a GPU may run on one)."""
+        from powerbench.predictor.config import NoneConfig
+
+        ffn = getattr(self, "ffn", None)
+        if getattr(ffn, "needs_predictor", False) and (
+                predictor is None or isinstance(predictor, NoneConfig)):
+            raise ConfigRangeError(
+                f"engine={self.name} computes the neurons a predictor chooses and "
+                f"predictor={getattr(predictor, 'name', 'none')} chooses none: add "
+                "predictor=fixed, adaptive or oracle (the dense baseline is engine=dense)")
+        if on_cuda(self.device):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigRangeError(
+                    f"engine.device={self.device!r}: this machine has no CUDA device "
+                    f"(torch {torch.__version__}, {torch.version.cuda or 'CPU-only'} build); "
+                    f"here use engine.device=cpu (or leave it unset), or run on a GPU machine")
 
 
 @dataclass
@@ -117,6 +165,12 @@ class DecoderEngineConfig(EngineConfig):
         super().__post_init__()
         check_choice("engine.dense_kernel", self.dense_kernel, DENSE_KERNELS)
         check_range("engine.dense_kernel_max_rows", self.dense_kernel_max_rows, 0)
+        if on_cuda(self.device) and getattr(self.ffn, "backend", None) == "sparse_cpu":
+            raise ConfigRangeError(
+                f"engine.device={self.device!r} puts the weights on the GPU and "
+                f"engine.ffn.backend=sparse_cpu (engine={self.name}) computes on the CPU: "
+                "on a GPU use engine=sparse_cuda engine.device=cuda; on the CPU leave "
+                "engine.device unset or cpu")
 
 
 @dataclass
@@ -132,6 +186,24 @@ class HybridEngineConfig(DecoderEngineConfig):
     dtype: str | None = "fp16"
     device: str | None = "cuda"
     ffn: HybridFFNConfig = field(default_factory=HybridFFNConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.device is not None and not on_cuda(self.device):
+            raise ConfigRangeError(f"engine.device={self.device!r}: engine=hybrid runs "
+                                   "attention and the hot neurons on the GPU; valid: "
+                                   "engine.device=cuda or cuda:<index>")
+
+    def check_composed(self, predictor: Any) -> None:
+        """As every engine's, and a machine without CUDA stops here with what runs
+        instead (powerbench.engine.hybrid.NO_CUDA)."""
+        from powerbench.engine.hybrid import require_cuda
+
+        try:
+            require_cuda()
+        except RuntimeError as err:
+            raise ConfigRangeError(str(err)) from None
+        super().check_composed(predictor)
 
 
 @dataclass

@@ -41,9 +41,12 @@ def search_runs(experiment: str, tracking_uri: str | None = None,
     if is_remote(uri) and not _server_up(uri):
         return queued_runs(experiment, uri)
     mlflow.set_tracking_uri(uri)
+    found = mlflow.MlflowClient(uri).get_experiment_by_name(experiment)
+    if found is None:  # not run into this store yet (asked by name, MLflow would warn)
+        return pd.DataFrame()
     status = "attributes.status = 'FINISHED'"
     query = f"{status} and {filter_string}" if filter_string else status
-    runs = mlflow.search_runs(experiment_names=[experiment], filter_string=query,
+    runs = mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string=query,
                               output_format="pandas")
     return runs if isinstance(runs, pd.DataFrame) else pd.DataFrame()
 

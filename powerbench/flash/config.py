@@ -7,6 +7,7 @@ engine sits above the engine package, so its schema lives here).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from powerbench.engine.config import DecoderEngineConfig, FFNConfig
 
@@ -17,6 +18,7 @@ class FlashFFNConfig(FFNConfig):
     cache in DRAM, missing clusters read with O_DIRECT while resident neurons compute."""
 
     _target_: str = "powerbench.flash.ffn.FlashFFN"
+    needs_predictor: ClassVar[bool] = True  # the engine needs predictor=... (engine/config.py)
     backend: str = "sparse_cpu"
     dram_budget_fraction: float | None = 0.5  # of the FFN weight bytes; or dram_budget_gb
     dram_budget_gb: float | None = None

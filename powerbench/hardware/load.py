@@ -12,9 +12,11 @@ from powerbench.hardware.hardware_profile import HardwareProfile
 
 def load_hardware(cfg: HardwareProfile | StaticHardwareConfig | LocalHardwareConfig,
                   cache_dir: str | os.PathLike | None = None) -> HardwareProfile:
-    """Build the typed config (static yaml -> `static.from_config`, `local` ->
-    `local.load_local`, cached under `cache_dir`: the run's `cache_dir` setting, None its
-    default); a HardwareProfile passes through."""
+    """Build the typed config: every hardware `_target_` is called the same way,
+    `target(cfg, cache_dir=cache_dir)` (static yaml -> `static.from_config`, which keeps
+    nothing; `local` -> `powerbench.measure.local_kernels.load_local`, cached under
+    `cache_dir`: the run's `cache_dir` setting, None its default); a HardwareProfile
+    passes through."""
     if isinstance(cfg, HardwareProfile):
         return cfg
     profile = build(cfg, cache_dir=cache_dir)

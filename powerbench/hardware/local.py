@@ -14,7 +14,9 @@ runs the microbenchmarks of `powerbench.hardware.microbench`
 kernels per (dtype, threads) at real-size shapes (`ComputeUnit.kernels`), sampled over a
 window of minutes (the profile's meta `kernel_window`: when, and the load around it); the
 measurement layer owns it because it runs engine code. A cached profile without them is
-re-measured.
+re-measured, and so is one whose `kernel_code` (the loader's hash of the code those
+kernels run, recorded with the profile: the CPU extension's sources, the Python that picks
+and calls them) differs from the code's now: a changed kernel changes the rates.
 """
 
 from __future__ import annotations
@@ -196,40 +198,53 @@ def _cache(c: LocalHardwareConfig,
     return ArtifactCache(resolve_cache_dir(cache_dir) / "hardware", suffix=".json"), key
 
 
+def stale_reason(record: dict[str, Any], profile: HardwareProfile, c: LocalHardwareConfig,
+                 kernels: bool, kernel_code: str | None) -> str | None:
+    """Why the cached `record` (its `profile` parsed) cannot stand for this machine now,
+    measured with settings `c` (`kernels`: with the engine kernels, run by `kernel_code`),
+    or None if it can."""
+    if record.get("fingerprint") != fingerprint():
+        return "is for another machine"
+    if record.get("settings", measurement_settings(c)) != \
+            json.loads(json.dumps(measurement_settings(c))):
+        return "was measured with other settings"
+    if c.storage and "flash" not in profile.memories:
+        return "lacks the storage tier"
+    if kernels and not profile.cpu.kernels:
+        return "lacks the engine kernels"
+    if kernels and record.get("kernel_code") != kernel_code:
+        return (f"has engine-kernel rates measured with other kernel code (code hash "
+                f"{record.get('kernel_code') or 'not recorded'}, now {kernel_code})")
+    return None
+
+
 def load_local(cfg: LocalHardwareConfig | None = None,
                measure_kernels: KernelMeasure | None = None,
-               cache_dir: str | os.PathLike | None = None, **_: Any) -> HardwareProfile:
+               cache_dir: str | os.PathLike | None = None,
+               kernel_code: str | None = None, **_: Any) -> HardwareProfile:
     """Cached profile (under the run's `cache_dir`) or a fresh measurement (with the
-    engine kernels when `measure_kernels` is given: a cached profile without them is
-    measured again)."""
+    engine kernels when `measure_kernels` is given: a cached profile without them, or
+    measured with other `kernel_code`, the hash of the code they run, is measured again)."""
     c = cfg if cfg is not None else LocalHardwareConfig()
     cache, key = _cache(c, cache_dir)
-    current = fingerprint()
+    kernels = measure_kernels is not None and bool(c.kernel_dtypes)
     if not c.remeasure and cache.valid(key):
         try:
             record = json.loads(cache.path(key).read_text())
-            same_settings = record.get("settings", measurement_settings(c)) == \
-                json.loads(json.dumps(measurement_settings(c)))
-            if record.get("fingerprint") == current and not same_settings:
-                log.info("hardware: cached local profile was measured with other settings; "
-                         "remeasuring")
-            elif record.get("fingerprint") == current:
-                profile = HardwareProfile.from_dict(record["profile"])
-                kernels_ok = (measure_kernels is None or not c.kernel_dtypes
-                              or bool(profile.cpu.kernels))
-                if (not c.storage or "flash" in profile.memories) and kernels_ok:
-                    log.info("hardware: local profile from %s (measured %s)", cache.path(key),
-                             record.get("date"))
-                    return profile
-                log.info("hardware: cached local profile lacks the storage tier or the engine "
-                         "kernels; remeasuring")
-            else:
-                log.info("hardware: cached local profile is for another machine; remeasuring")
+            profile = HardwareProfile.from_dict(record["profile"])
+            reason = stale_reason(record, profile, c, kernels, kernel_code)
+            if reason is None:
+                log.info("hardware: local profile from %s (measured %s)", cache.path(key),
+                         record.get("date"))
+                return profile
+            log.info("hardware: cached local profile %s; remeasuring", reason)
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("hardware: unreadable %s (%s); remeasuring", cache.path(key), err)
     profile = measure_local(c, measure_kernels, cache_dir)
     record = {"date": profile.measured_at, "fingerprint": profile.fingerprint,
               "settings": measurement_settings(c), "profile": profile.to_dict()}
+    if kernels:
+        record["kernel_code"] = kernel_code
     cache.store(key, lambda p: p.write_text(json.dumps(record, indent=1)),
                 meta={"date": profile.measured_at, "fingerprint": profile.fingerprint})
     log.info("hardware: measured local profile in %.1f s -> %s",

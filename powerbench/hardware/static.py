@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
 
 from powerbench.hardware.config import (
     ComputeUnitConfig,
@@ -71,8 +71,11 @@ def _unit(name: str, c: ComputeUnitConfig) -> ComputeUnit:
     )
 
 
-def from_config(cfg: StaticHardwareConfig, **_: Any) -> HardwareProfile:
-    """HardwareProfile from a static yaml profile (the `_target_` of conf/hardware/*)."""
+def from_config(cfg: StaticHardwareConfig,
+                cache_dir: str | os.PathLike | None = None) -> HardwareProfile:
+    """HardwareProfile from a static yaml profile (the `_target_` of conf/hardware/*).
+    `cache_dir`: every hardware loader's argument (`load_hardware`); a static profile
+    measures nothing, so keeps nothing there."""
     if not cfg.memories or not cfg.units:
         raise ValueError(f"hardware {cfg.name!r}: needs `memories` and `units`")
     link = None

@@ -30,15 +30,23 @@ and 17 GB/s ten minutes apart), so one sample describes one spell: every entry i
 samples kept beside it (`KernelRates.samples`: their spread is what a validation shows
 next to its error, to tell drift from a model miss). The cost model picks the entry of
 the placed weight dtype and its `cpu_threads` (powerbench.simulator.rates.cpu_rates).
+
+The rates are those of the code measured: the compiled CPU extension (its dense GEMV, the
+fused decode and sparse FFN operators), the Python that builds, picks and calls it, these
+microbenchmarks, and torch. `kernel_code_version()` hashes them (the files of
+`KERNEL_CODE`, read by path, and torch's version); the profile records it, and a cached
+profile measured with other code is measured again (powerbench.hardware.local).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -61,6 +69,40 @@ from powerbench.threads import torch_threads
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # hardware.kernel_stream: the [out, in] matrices the stream test reads, from (width, ffn)
 STREAMS = {"layer": layer_matrix_shapes, "ffn_up": lambda width, ffn: [(ffn, width)]}
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# what the kernel measurement runs (paths under the package; a folder: its files but the
+# CUDA ones): the CPU extension's sources and build flags, the Python that picks its ISA
+# path and calls it (the dense projection, the fused decode and sparse FFN operators), and
+# the microbenchmarks themselves
+KERNEL_CODE = ("ops/csrc", "ops/extension_build.py", "ops/isa.py", "ops/cpu_backend.py",
+               "engine/linear.py", "engine/decode_kernels.py", "measure/calibration.py",
+               "measure/local_kernels.py")
+
+
+def kernel_code_files(root: Path = PACKAGE) -> list[Path]:
+    """The files of KERNEL_CODE under `root`, in a fixed order."""
+    files: list[Path] = []
+    for rel in KERNEL_CODE:
+        path = root / rel
+        if path.is_dir():
+            files += sorted(f for f in path.iterdir() if f.is_file() and "cuda" not in f.name)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"kernel code {rel!r} is not under {root}: update "
+                                    "powerbench.measure.local_kernels.KERNEL_CODE")
+    return files
+
+
+def kernel_code_version(root: Path = PACKAGE) -> str:
+    """A hash of the code the kernel measurement runs: KERNEL_CODE's files (names and
+    contents) and torch's version."""
+    digest = hashlib.sha256(f"torch {torch.__version__}".encode())
+    for f in kernel_code_files(root):
+        digest.update(f"\0{f.relative_to(root).as_posix()}\0".encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def kernel_threads(cfg: LocalHardwareConfig, cpus: int) -> list[int]:
@@ -141,5 +183,6 @@ def load_local(cfg: LocalHardwareConfig | None = None,
                cache_dir: str | os.PathLike | None = None, **_: Any) -> HardwareProfile:
     """The `_target_` of conf/hardware/local.yaml: the cached `local` profile (under
     `cache_dir`, the run's) with the engine kernels' rates (measured now if the cache lacks
-    them)."""
-    return load_measured(cfg, measure_kernels=measure_kernels, cache_dir=cache_dir)
+    them, or measured with other kernel code: `kernel_code_version`)."""
+    return load_measured(cfg, measure_kernels=measure_kernels, cache_dir=cache_dir,
+                         kernel_code=kernel_code_version())

@@ -14,13 +14,14 @@ import numpy as np
 import pandas as pd
 
 from powerbench.profiling.activation_profile import ActivationProfile
+from powerbench.schema_helpers import UserError
 
 Device = Literal["gpu", "cpu"]
 GPU: Device = "gpu"
 CPU: Device = "cpu"
 
 
-class PlacementInfeasibleError(RuntimeError):
+class PlacementInfeasibleError(UserError, RuntimeError):
     """A model does not fit a budget. `budget` names it: "GPU", "CPU" or "GPU+CPU"."""
 
     def __init__(self, budget: str, required_bytes: float, available_bytes: float,

@@ -106,6 +106,7 @@ class SyncReport:
     completed: int = 0  # runs the server had started before it went away
     already: int = 0  # runs the server already had in full
     left: int = 0  # still queued (server unreachable or an upload failed)
+    unreachable: bool = False  # the server did not answer the probe: nothing was tried
 
 
 def upload(client: Any, record: RunRecord, experiment_id: str, parents: dict[str, str],
@@ -142,17 +143,18 @@ def upload(client: Any, record: RunRecord, experiment_id: str, parents: dict[str
 
 def sync_queue(uri: str, probe: bool = True) -> SyncReport:
     """Upload every queued run of the store at `uri`; records that uploaded are removed.
-    `probe=False`: the caller has just found the server reachable."""
+    A server that does not answer one probe: `unreachable`, every record left queued
+    (probed even with none queued: a sync to it has not happened). `probe=False`: the
+    caller has just found the server reachable."""
     from mlflow.tracking import MlflowClient
 
     from powerbench.tracking.store import create_if_new, is_remote, server_reachable
 
-    report = SyncReport()
     records = queued(uri)
-    if not records:
-        return report
     if probe and is_remote(uri) and not server_reachable(uri):
-        report.left = len(records)
+        return SyncReport(left=len(records), unreachable=True)
+    report = SyncReport()
+    if not records:
         return report
     create_if_new(uri)
     client = MlflowClient(tracking_uri=uri)

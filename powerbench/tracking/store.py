@@ -118,7 +118,10 @@ def is_remote(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def server_reachable(uri: str, timeout_s: float = 3.0) -> bool:
+PROBE_TIMEOUT_S = 3.0  # one probe of a tracking server, no retries
+
+
+def server_reachable(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """One probe of a tracking server (no retries): any HTTP answer counts as up."""
     import urllib.error
     import urllib.request

@@ -32,8 +32,14 @@ def test_default_composes():
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_every_option_composes(group, option):
-    cfg = compose(config_name="config", overrides=[f"{group}={option}"])
+def test_every_option_composes(group, option, monkeypatch):
+    import torch
+
+    # an engine composes with what it needs: a predictor (sparse, flash) and, as the job's
+    # machine is checked when typed, a CUDA device (hybrid; tests/config/test_ranges.py)
+    companions = ["predictor=fixed"] if group == "engine" else []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg = compose(config_name="config", overrides=[f"{group}={option}", *companions])
     node = cfg[group]
     assert node._target_, f"{group}/{option} has no _target_"
     OmegaConf.to_container(node, resolve=True)
@@ -60,7 +66,10 @@ def test_every_experiment_composes_and_types(experiment):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_every_task_composes_and_types(task):
+def test_every_task_composes_and_types(task, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # hybrid-local's engine
     config = typed(compose(config_name="config", overrides=[f"task={task}"]))
     assert config.task.name == task and config.task._target_.startswith("powerbench.tasks.")
 

@@ -47,6 +47,21 @@ CASES = [
     (["engine=hybrid", "engine.ffn.cpu_backend=cpu"], r"engine\.ffn\.cpu_backend='cpu'"),
     (["engine=hybrid", "engine.ffn.cpu_threads=0"],
      r"engine\.ffn\.cpu_threads='0': valid: auto \(measured\) or a thread count >= 1"),
+    # contradictory engine settings: named with what to use instead, before any stage runs
+    (["engine=sparse_cpu", "predictor=none"],
+     r"engine=sparse_cpu computes the neurons a predictor chooses and predictor=none chooses "
+     r"none: add predictor=fixed, adaptive or oracle \(the dense baseline is engine=dense\)"),
+    (["engine=sparse_torch"], r"engine=sparse_torch computes the neurons a predictor chooses"),
+    (["engine=flash"], r"engine=flash computes the neurons a predictor chooses"),
+    (["engine.device=gpu"], r"engine\.device='gpu' is not a device; valid: cpu, cuda, "
+     r"cuda:<index> \(a GPU is engine\.device=cuda"),
+    (["engine=sparse_cpu", "predictor=fixed", "engine.device=cuda"],
+     r"engine\.device='cuda' puts the weights on the GPU and engine\.ffn\.backend=sparse_cpu "
+     r"\(engine=sparse_cpu\) computes on the CPU: on a GPU use engine=sparse_cuda "
+     r"engine\.device=cuda"),
+    (["engine=hybrid", "engine.device=cpu"],
+     r"engine\.device='cpu': engine=hybrid runs attention and the hot neurons on the GPU; "
+     r"valid: engine\.device=cuda"),
 ]
 
 
@@ -74,3 +89,41 @@ def test_bad_range_through_the_cli_fails_before_any_stage(run_cli, capsys, monke
         run_cli(["eval.max_tokens=-5"])
     assert not started
     assert "eval.max_tokens=-5 is out of range" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides", [["engine.device=cuda"], ["engine.device=cuda:0"],
+                                       ["engine=sparse_cuda", "predictor=oracle",
+                                        "engine.device=cuda"]])
+def test_a_cuda_device_on_a_machine_without_one_fails_at_composition(overrides, monkeypatch):
+    """The same config is valid where torch sees a GPU: the check is of the machine that
+    types it (the job's), not of the composition alone."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigRangeError, match=r"engine\.device='cuda(:0)?': this machine "
+                       r"has no CUDA device .*use engine\.device=cpu"):
+        load_config(overrides)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert load_config(overrides).engine.device.startswith("cuda")
+
+
+def test_engine_hybrid_without_cuda_fails_at_composition_saying_what_runs_instead(
+        monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigRangeError, match=r"engine=hybrid .* no CUDA device.*"
+                       r"simulator=cost_model"):
+        load_config(["engine=hybrid"])
+
+
+def test_a_sparse_engine_without_a_predictor_stops_before_any_stage(run_cli, capsys,
+                                                                   monkeypatch):
+    import powerbench.pipeline as pipeline
+
+    started = []
+    monkeypatch.setattr(pipeline, "run_stages", lambda ctx: started.append(ctx))
+    with pytest.raises(SystemExit):
+        run_cli(["engine=sparse_cpu", "predictor=none"])
+    assert not started
+    assert "add predictor=fixed, adaptive or oracle" in capsys.readouterr().err

@@ -107,5 +107,6 @@ def test_measured_kernels_are_sane_and_cached(tmp_path):
     window = hw.meta["kernel_window"]  # when and under what load they were sampled
     assert window["started"].endswith("UTC") and window["seconds"] >= 0
     calls = []
-    again = local_kernels.load_measured(cfg, measure_kernels=lambda *a: calls.append(a) or ())
+    again = local_kernels.load_measured(cfg, measure_kernels=lambda *a: calls.append(a) or (),
+                                        kernel_code=local_kernels.kernel_code_version())
     assert not calls and again.cpu.kernels == hw.cpu.kernels

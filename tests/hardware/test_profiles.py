@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from hydra import compose
 from hydra.errors import ConfigCompositionException
 
+from powerbench.build import target_of
 from powerbench.config import group_config, typed
 from powerbench.hardware import HardwareProfile, load_hardware
 from powerbench.hardware.static import from_config
@@ -51,6 +53,16 @@ def test_yaml_validates_and_is_self_consistent(name):
     # loading is deterministic: the same typed config gives the same profile
     assert load_hardware(group_config("hardware", name)) == hw
     assert HardwareProfile.from_dict(hw.to_dict()) == hw
+
+
+@pytest.mark.parametrize("name", [*STATIC, "local"])
+def test_every_loader_takes_the_runs_cache_dir_by_name(name):
+    """`load_hardware` calls every profile's `_target_` as target(cfg, cache_dir=...): each
+    names the argument (none swallows it unseen in **kwargs), so no profile is special."""
+    params = inspect.signature(target_of(group_config("hardware", name))).parameters
+    assert "cache_dir" in params
+    assert params["cache_dir"].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        inspect.Parameter.KEYWORD_ONLY)
 
 
 def test_design_section_3_facts():

@@ -55,6 +55,23 @@ def test_server_down_costs_nothing_and_queues_the_run(run_cli, own_queue, tmp_pa
     assert record.params["model.name"] == "opt_13b"
 
 
+def test_sync_to_a_server_that_is_down_names_it_and_fails(run_cli, own_queue, tmp_path):
+    """Not "uploaded 0": the server is named unreachable, the exit status is not 0, and a
+    queued run stays queued."""
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(["sync", f"tracking.uri={dead}"])  # nothing queued: still not a success
+    message = str(stopped.value.code)
+    assert f"the tracking server at {dead} is unreachable" in message
+    assert "nothing uploaded, 0 run(s) still queued" in message
+    run_cli([*SIM, f"tracking.uri={dead}"])  # server down: the run is queued
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(["sync", f"tracking.uri={dead}"])
+    assert "is unreachable" in str(stopped.value.code)
+    assert "1 run(s) still queued" in str(stopped.value.code)
+    assert len(queued(dead)) == 1
+
+
 @pytest.mark.slow
 def test_queued_runs_sync_to_the_server_once_it_is_back(run_cli, own_queue, tmp_path):
     port = free_port()
