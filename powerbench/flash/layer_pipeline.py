@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -114,15 +115,11 @@ class LayerPipeline:
     def close(self) -> None:
         if self._ahead_task is not None:
             task, self._ahead_task = self._ahead_task, None
-            try:
+            with suppress(OSError):
                 task.result()
-            except OSError:
-                pass
         if self.ahead is not None and not self.ahead.finished:
-            try:
+            with suppress(OSError):
                 self.ahead.wait()
-            except OSError:
-                pass
         if self.ahead_ctx is not None:
             self.ahead_ctx.close()
             self.ahead_ctx = None
@@ -263,7 +260,7 @@ class LayerPipeline:
             units, inv = ids_np, None  # sorted distinct ids are their own clusters
         else:
             units, inv = np.unique(ids_np // cn, return_inverse=True)
-        self._land_stale_ahead(layer)
+        self._land_ahead(layer)
         slots, n_miss = self.cache.lookup_slots(layer, units, count=count)
         t.calls += 1
         if n_miss == 0:
@@ -301,7 +298,7 @@ class LayerPipeline:
         """`run` with the compiled planner (same policy, same reads, same kernels)."""
         t, p = self.times, self.planner
         assert p is not None
-        self._land_stale_ahead(layer)
+        self._land_ahead(layer)
         if not ids_np.flags.c_contiguous:
             ids_np = np.ascontiguousarray(ids_np)
         flags = ADMIT * cache_misses | COUNT * count | self._submit
@@ -372,11 +369,14 @@ class LayerPipeline:
         y = self._compute(x, rows, layer)
         return y if y is not None else self._zeros(x, layer)
 
-    def _land_stale_ahead(self, layer: int) -> None:
-        """A lookahead batch read for another layer (a call was skipped): land it."""
-        if self._ahead_layer >= 0 and self._ahead_layer != layer:
+    def _land_ahead(self, layer: int) -> None:
+        """Before a call of `layer` admits anything, the lookahead batch lands (an admission
+        may evict a slot it read into, and a demand read there would race it); a batch for
+        another layer (a call was skipped) is done with."""
+        if self._ahead_layer >= 0:
             self._collect_ahead()
-            self._ahead_layer = -1
+            if self._ahead_layer != layer:
+                self._ahead_layer = -1
 
     def _ahead_step(self, ahead: Callable[[], Tensor | None] | None, layer: int,
                     units: np.ndarray) -> None:
