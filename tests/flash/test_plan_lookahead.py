@@ -115,14 +115,19 @@ class Lookahead(TrueMask):
         return torch.unique(torch.cat([ids, extra]))
 
 
+def lookahead_flash(weights, tmp_path, io_engine: str = "aio", **kw):
+    """A lookahead FlashFFN of real-size fp16 rows read with O_DIRECT (skips without it)."""
+    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine=io_engine,
+                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True, **kw)
+    if not ffn.reader.direct:
+        pytest.skip("no O_DIRECT here")
+    return ffn
+
+
 @pytest.mark.parametrize("submit_thread", [False, True])
 def test_lookahead_reads_keep_the_outputs(tmp_path, submit_thread):
     weights = fp16_weights()
-    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="aio",
-                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True,
-                io_submit_thread=submit_thread)
-    if not ffn.reader.direct:
-        pytest.skip("no O_DIRECT here")
+    ffn = lookahead_flash(weights, tmp_path, io_submit_thread=submit_thread)
     run_both(weights, ffn, steps=4)
     m = ffn.metrics()
     assert m["flash_prefetched"] > 0 and 0 < m["flash_prefetch_used"] <= m["flash_prefetched"]
@@ -158,11 +163,7 @@ def test_no_admission_while_its_layers_lookahead_is_in_flight(tmp_path, planned)
     guess); a demand read into it while that read is in flight races it (seen as wrong
     outputs with io_uring). So a call waits for its layer's lookahead batch first."""
     weights = fp16_weights()
-    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="aio",
-                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True,
-                compiled_plan=planned)
-    if not ffn.reader.direct:
-        pytest.skip("no O_DIRECT here")
+    ffn = lookahead_flash(weights, tmp_path, compiled_plan=planned)
     pipe = ffn.pipeline
     assert (pipe.planner is not None) == planned
     pipe.ahead = HeldAhead(pipe.ahead)
@@ -194,10 +195,7 @@ def test_io_uring_reads_equal_sparse_ffn(tmp_path):
     if not uring.available():
         pytest.skip("io_uring with a submission thread is not allowed here")
     weights = fp16_weights()
-    ffn = flash(weights, tmp_path, backend="sparse_cpu", io_engine="uring",
-                predictors=Lookahead(weights), dram_budget_fraction=0.25, lookahead=True)
-    if not ffn.reader.direct:
-        pytest.skip("no O_DIRECT here")
+    ffn = lookahead_flash(weights, tmp_path, io_engine="uring")
     assert ffn.reader.engine == "uring"
     run_both(weights, ffn, steps=4)
     m = ffn.metrics()
