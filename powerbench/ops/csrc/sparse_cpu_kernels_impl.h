@@ -264,15 +264,14 @@ struct RowStreams {
         }
         return k;
       }
-      for (; k + Step <= k_end; k += Step) {
+    }
+    for (; k + Step <= k_end; k += Step) {
+      if constexpr (S > 0) {
         at_n<S>(k * EB, kBytes);
-        body(k);
-      }
-    } else {
-      for (; k + Step <= k_end; k += Step) {
+      } else {
         at(k * EB, kBytes);
-        body(k);
       }
+      body(k);
     }
     return k;
   }
@@ -292,16 +291,6 @@ inline void with_streams(const RowStreams& pf, F&& f) {
     }
   } else {
     f(std::integral_constant<int, 0>{});
-  }
-}
-
-// pf.at(off, len) for S streams (S == 0: pf.streams)
-template <int S>
-inline void prefetch_streams(const RowStreams& pf, int64_t off, int64_t len) {
-  if constexpr (S > 0) {
-    pf.at_n<S>(off, len);
-  } else {
-    pf.at(off, len);
   }
 }
 
