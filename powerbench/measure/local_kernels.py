@@ -40,7 +40,6 @@ profile measured with other code is measured again (powerbench.hardware.local).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import statistics
 import time
@@ -51,6 +50,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from powerbench.cache import stable_hash
 from powerbench.hardware.config import LocalHardwareConfig
 from powerbench.hardware.hardware_profile import HardwareProfile, KernelRates
 from powerbench.hardware.local import load_local as load_measured
@@ -98,11 +98,10 @@ def kernel_code_files(root: Path = PACKAGE) -> list[Path]:
 def kernel_code_version(root: Path = PACKAGE) -> str:
     """A hash of the code the kernel measurement runs: KERNEL_CODE's files (names and
     contents) and torch's version."""
-    digest = hashlib.sha256(f"torch {torch.__version__}".encode())
-    for f in kernel_code_files(root):
-        digest.update(f"\0{f.relative_to(root).as_posix()}\0".encode())
-        digest.update(f.read_bytes())
-    return digest.hexdigest()[:16]
+    files = kernel_code_files(root)
+    return stable_hash(f"torch {torch.__version__}",
+                       *(part for f in files
+                         for part in (f.relative_to(root).as_posix(), f.read_bytes())))
 
 
 def kernel_threads(cfg: LocalHardwareConfig, cpus: int) -> list[int]:
