@@ -228,21 +228,6 @@ def run_experiment(cfg: PowerbenchConfig, out_dir: Path, tags: dict[str, str] | 
     return ctx
 
 
-def check_placement_settings(cfg: PowerbenchConfig) -> None:
-    """A simulator needs a placement (hardware and solver): ValueError naming the missing
-    settings and their options, before any stage runs."""
-    if cfg.simulator is None or (cfg.solver is not None and cfg.hardware is not None):
-        return
-    from powerbench.config import CONF_DIR
-    from powerbench.config.help import config_groups
-
-    options = config_groups(CONF_DIR)
-    missing = [f"{group}=<name> ({', '.join(options.get(group, []))})"
-               for group in ("hardware", "solver") if getattr(cfg, group) is None]
-    raise ValueError(f"simulator={getattr(cfg.simulator, 'name', '?')} needs a placement: "
-                     f"add {' and '.join(missing)}")
-
-
 def run_stages(ctx: RunContext) -> None:
     from powerbench.hardware import load_hardware
     from powerbench.predictor.stats import predictor_layer_bytes
@@ -250,7 +235,6 @@ def run_stages(ctx: RunContext) -> None:
     from powerbench.solver import PlacementInfeasibleError
 
     cfg = ctx.cfg
-    check_placement_settings(cfg)
     loaded = timed(ctx, "model", lambda: stage_model(ctx))
     split = timed(ctx, "data", lambda: stage_data(ctx)) if loaded.has_weights else None
     profile = guarded(ctx, loaded, "profile", lambda: stage_profile(ctx, loaded, split))

@@ -44,6 +44,10 @@ class ConfigRangeError(UserError, ValueError):
     """A setting outside its valid range (the message names the setting and the range)."""
 
 
+class MissingSettingError(UserError, ValueError):
+    """A setting that another one needs is unset (the message names it and its options)."""
+
+
 def check_range(setting: str, value: float | None, low: float | None = None,
                 high: float | None = None, *, low_open: bool = False) -> None:
     """Raise ConfigRangeError unless `low <= value <= high` (`low < value` with `low_open`);

@@ -1,4 +1,4 @@
-"""The pipeline's own checks: a simulator without a placement stops before any stage."""
+"""A simulator without a placement stops when the config is composed, before any stage."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 import powerbench.pipeline as pipeline
 from powerbench.config import load_config
+from powerbench.schema_helpers import MissingSettingError, UserError
 
 
 @pytest.mark.parametrize(("overrides", "missing"), [
@@ -19,10 +20,11 @@ def test_simulator_without_placement_stops_before_any_stage(tmp_path, monkeypatc
         raise AssertionError("a stage ran before the settings were checked")
 
     monkeypatch.setattr(pipeline, "stage_model", no_stage)
-    with pytest.raises(ValueError, match="needs a placement") as stopped:
+    with pytest.raises(MissingSettingError, match="needs a placement") as stopped:
         cfg = load_config(["model=opt_30b", "~engine", "tracking=disabled",
                            f"cache_dir={tmp_path / 'cache'}", *overrides])
         pipeline.run_experiment(cfg, tmp_path / "run")
+    assert isinstance(stopped.value, UserError)  # the CLI prints it without a traceback
     message = str(stopped.value)
     assert message.startswith(f"{overrides[0]} needs a placement")
     for part in missing:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema_helpers import MISSING, ConfigRangeError, check_range
+from powerbench.schema_helpers import MISSING, ConfigRangeError, MissingSettingError, check_range
 
 
 @dataclass
@@ -85,6 +85,26 @@ class PowerbenchConfig:
         check_engine = getattr(self.engine, "check_composed", None)
         if check_engine is not None:  # the engine against the predictor and this machine
             check_engine(self.predictor)
+        self._check_placement_settings()
+
+    def _check_placement_settings(self) -> None:
+        """A simulator, and an engine that follows a placement (`needs_placement`, e.g.
+        engine=hybrid), need one (hardware and solver): MissingSettingError naming the
+        missing settings and their options, when the config is composed."""
+        needers = [f"{group}={getattr(node, 'name', '?')}"
+                   for group, node in (("simulator", self.simulator), ("engine", self.engine))
+                   if node is not None and (group == "simulator"
+                                            or getattr(node, "needs_placement", False))]
+        if not needers or (self.solver is not None and self.hardware is not None):
+            return
+        from powerbench.config import CONF_DIR
+        from powerbench.config.help import config_groups
+
+        options = config_groups(CONF_DIR)
+        missing = [f"{group}=<name> ({', '.join(options.get(group, []))})"
+                   for group in ("hardware", "solver") if getattr(self, group) is None]
+        raise MissingSettingError(f"{' and '.join(needers)} need{'s' * (len(needers) == 1)} "
+                                  f"a placement: add {' and '.join(missing)}")
 
     def _check_positions(self) -> None:
         """A measured decode must fit the model's positions (prompt + generated tokens)."""

@@ -182,6 +182,8 @@ class SparseEngineConfig(DecoderEngineConfig):
 @dataclass
 class HybridEngineConfig(DecoderEngineConfig):
     _target_: str = "powerbench.engine.hybrid.HybridEngine"
+    # its GPU neurons are a placement's (solver=..., hardware=...: PowerbenchConfig checks)
+    needs_placement: ClassVar[bool] = True
     name: str = "hybrid"
     dtype: str | None = "fp16"
     device: str | None = "cuda"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from powerbench.engine.config import DecoderEngineConfig, FFNConfig
+from powerbench.engine.config import DecoderEngineConfig, FFNConfig, on_cuda
+from powerbench.schema_helpers import ConfigRangeError
 
 
 @dataclass
@@ -46,6 +47,14 @@ class FlashFFNConfig(FFNConfig):
 class FlashEngineConfig(DecoderEngineConfig):
     name: str = "flash"
     ffn: FlashFFNConfig = field(default_factory=FlashFFNConfig)
+
+    def __post_init__(self) -> None:
+        if on_cuda(self.device):  # before the parent's sparse_cpu-on-GPU message
+            raise ConfigRangeError(
+                f"engine.device={self.device!r}: engine=flash streams the FFN from its file "
+                "into a DRAM neuron cache and computes it on the CPU; valid: engine.device=cpu "
+                "or unset (on a GPU: engine=sparse_cuda engine.device=cuda)")
+        super().__post_init__()
 
 
 SCHEMAS = {"flash": FlashEngineConfig}

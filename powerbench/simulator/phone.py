@@ -29,6 +29,7 @@ reads. Metric names as `simulate` plus sim_flash_* (README-style table in notes/
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -179,9 +180,11 @@ def prefill_costs(cfg: PhoneSimConfig, model: CostModel, hw: HardwareProfile,
 
 def simulate_phone(cfg: PhoneSimConfig | None, spec: ModelSpec, profile: ActivationProfile,
                    placement: Placement, hardware: HardwareProfile | Any,
-                   predictors: Any | None = None, bench: Any | None = None) -> SimResult:
+                   predictors: Any | None = None, bench: Any | None = None,
+                   cache_dir: str | os.PathLike | None = None) -> SimResult:
+    """`simulate` on a phone (cache_dir: as simulate's)."""
     cfg = cfg if cfg is not None else PhoneSimConfig()
-    hw = load_hardware(hardware)
+    hw = load_hardware(hardware, cache_dir=cache_dir)
     prompt, new, batch = bench_lengths(bench)
     sparse = cfg.mode is ComputeMode.sparse
     pred_bytes, ratio, pred_source = predictor_inputs(cfg, spec, placement, predictors)

@@ -15,6 +15,7 @@ Metric definitions match powerbench.engine.timing (prefill yields the first toke
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -169,7 +170,8 @@ def use_stream_prefill(cfg: SimulatorConfig, hardware: HardwareProfile, rows: in
 def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationProfile,
              placement: Placement, hardware: HardwareProfile | Any,
              predictors: Any | None = None, bench: Any | None = None,
-             work_cache: dict[str, tuple[FFNWork, list[str]]] | None = None) -> SimResult:
+             work_cache: dict[str, tuple[FFNWork, list[str]]] | None = None,
+             cache_dir: str | os.PathLike | None = None) -> SimResult:
     """Simulated prefill / decode / end-to-end tokens/s of `spec` with `placement` on
     `hardware` for bench.prompt_tokens, bench.new_tokens and bench.batch_size.
 
@@ -178,9 +180,11 @@ def simulate(cfg: SimulatorConfig | None, spec: ModelSpec, profile: ActivationPr
     work_cache: a dict kept across calls that differ ONLY in `cfg.efficiency`: the FFN work
         (which neurons each pass reads and computes, most of a call's time) does not depend
         on it, so it is computed once and re-costed (powerbench.tasks.calibration_set: `powerbench sensitivity`).
+    cache_dir: where a `local` hardware config's measured profile is cached (the run's
+        `cache_dir`; None: the default); unused when `hardware` is a HardwareProfile.
     """
     cfg = cfg if cfg is not None else SimulatorConfig()
-    hw = load_hardware(hardware)
+    hw = load_hardware(hardware, cache_dir=cache_dir)
     prompt, new, batch = bench_lengths(bench)
     sparse = cfg.mode is ComputeMode.sparse
     pred_bytes, ratio, pred_source = predictor_inputs(cfg, spec, placement, predictors)

@@ -35,9 +35,12 @@ def test_default_composes():
 def test_every_option_composes(group, option, monkeypatch):
     import torch
 
-    # an engine composes with what it needs: a predictor (sparse, flash) and, as the job's
-    # machine is checked when typed, a CUDA device (hybrid; tests/config/test_ranges.py)
+    # an option composes with what it needs: an engine a predictor (sparse, flash) and, as
+    # the job's machine is checked when typed, a CUDA device (hybrid); a simulator and
+    # engine=hybrid a placement (tests/config/test_ranges.py)
     companions = ["predictor=fixed"] if group == "engine" else []
+    if group == "simulator" or (group, option) == ("engine", "hybrid"):
+        companions += ["hardware=pc_high", "solver=greedy"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cfg = compose(config_name="config", overrides=[f"{group}={option}", *companions])
     node = cfg[group]

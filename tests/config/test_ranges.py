@@ -9,7 +9,7 @@ import time
 import pytest
 
 from powerbench.config import load_config
-from powerbench.schema_helpers import ConfigRangeError
+from powerbench.schema_helpers import ConfigRangeError, MissingSettingError
 
 CASES = [
     (["bench.prompt_tokens=300"], r"bench\.prompt_tokens \+ bench\.new_tokens = 300 \+ 64 = "
@@ -115,6 +115,43 @@ def test_engine_hybrid_without_cuda_fails_at_composition_saying_what_runs_instea
     with pytest.raises(ConfigRangeError, match=r"engine=hybrid .* no CUDA device.*"
                        r"simulator=cost_model"):
         load_config(["engine=hybrid"])
+
+
+@pytest.mark.parametrize("backend", ["sparse_cpu", "sparse_torch", "sparse_cuda"])
+def test_engine_flash_on_a_gpu_fails_at_composition(backend, monkeypatch):
+    """FlashFFN computes on the CPU from its DRAM cache, whichever kernels it uses: a CUDA
+    device is refused when the config is composed, even where torch sees a GPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigRangeError, match=r"engine\.device='cuda': engine=flash .* on "
+                       r"the CPU; valid: engine\.device=cpu or unset"):
+        load_config(["engine=flash", "predictor=fixed", "engine.device=cuda",
+                     f"engine.ffn.backend={backend}"])
+    assert load_config(["engine=flash", "predictor=fixed", "engine.device=cpu",
+                        f"engine.ffn.backend={backend}"]).engine.device == "cpu"
+
+
+@pytest.mark.parametrize(("overrides", "missing"), [
+    (["engine=hybrid", "predictor=fixed"], r"add hardware=<name> \(.*\) and solver=<name> \("),
+    (["engine=hybrid", "predictor=fixed", "hardware=pc_high"], r"add solver=<name> \("),
+    (["engine=hybrid", "predictor=fixed", "solver=ilp", "simulator=cost_model"],
+     r"add hardware=<name> \("),
+])
+def test_engine_hybrid_without_a_placement_fails_at_composition(overrides, missing,
+                                                                monkeypatch):
+    """On a GPU machine (CUDA faked present) engine=hybrid, whose GPU neurons are a
+    placement's, needs solver and hardware: said when the config is composed, beside a
+    simulator that needs the same."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    needers = "simulator=cost_model and engine=hybrid need" if "simulator=cost_model" in \
+        overrides else "engine=hybrid needs"
+    with pytest.raises(MissingSettingError, match=f"^{needers} a placement: {missing}"):
+        load_config(overrides)
+    cfg = load_config([*overrides, "hardware=pc_high", "solver=ilp"])
+    assert cfg.engine.name == "hybrid" and cfg.solver is not None
 
 
 def test_a_sparse_engine_without_a_predictor_stops_before_any_stage(run_cli, capsys,

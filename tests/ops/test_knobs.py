@@ -54,7 +54,8 @@ SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "
             {"spin_us": 0}, {"spin_us": 0, "prewake": 1}, {"spin_us": 20000, "prewake": 1},
             {"wake_ahead_us": 0}, {"spin_us": 0, "wake_ahead_us": 100000},
             {"wake_ahead_pct": 50},
-            {"wide_adjacent_pct": 101}, {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
+            {"wide_adjacent_pct": 0}, {"wide_adjacent_pct": 101},
+            {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
             {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536},
             {"stream_loop": 0}, {"stream_loop": 0, "one_slot_adjacent_pct": 1},
             {"axpy_min_slots": 1}, {"axpy_min_slots": 8})

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.usefixtures("hydra_conf")
 
 def test_simulator_node_becomes_a_typed_config():
     cfg = compose("config", overrides=["simulator=cost_model", "simulator.mode=dense",
-                                       "simulator.prefill.mode=hybrid"])
+                                       "simulator.prefill.mode=hybrid", "hardware=pc_high",
+                                       "solver=greedy"])
     sim = typed(cfg).simulator
     assert isinstance(sim, SimulatorConfig)
     assert sim.mode is ComputeMode.dense and sim.prefill.mode is PrefillMode.hybrid

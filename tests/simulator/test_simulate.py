@@ -246,3 +246,28 @@ def test_work_cache_recosts_other_efficiencies_exactly():
     cached = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20), work_cache=cache)
     fresh = simulate(cfg, spec, profile, placement, hw, bench=_bench(40, 20))
     assert cached.metrics == fresh.metrics and len(cache) == 4
+
+
+def test_a_hardware_config_is_loaded_from_the_callers_cache_dir(tmp_path, monkeypatch):
+    """solve / simulate / simulate_phone given a hardware config (not a loaded profile) load
+    it with the caller's cache_dir: a `local` profile is measured and cached where the run's
+    cache is, not in the default cache."""
+    import powerbench.hardware.load as load
+    from powerbench.hardware.config import LocalHardwareConfig
+    from powerbench.simulator.phone import simulate_phone
+
+    seen = []
+
+    def fake_build(cfg, cache_dir=None):
+        seen.append(cache_dir)
+        return make_hardware()
+
+    monkeypatch.setattr(load, "build", fake_build)
+    spec = make_spec()
+    profile = _random_profile(spec)
+    placement = solve(AllCPUConfig(), spec, profile, LocalHardwareConfig(), cache_dir=tmp_path)
+    simulate(None, spec, profile, placement, LocalHardwareConfig(), bench=_bench(),
+             cache_dir=tmp_path)
+    simulate_phone(None, spec, profile, placement, LocalHardwareConfig(), bench=_bench(),
+                   cache_dir=tmp_path)
+    assert seen == [tmp_path] * 3

@@ -72,10 +72,13 @@ def test_a_model_that_fits_nowhere_is_a_simulated_result_not_a_failure(tmp_path)
     assert ctx.metrics["sim_feasible"] == 0.0 and ctx.metrics["placement_shortfall_gb"] > 0
 
 
-def test_simulator_without_a_placement_says_what_to_add(tmp_path):
-    cfg = load_config(["model=opt_13b", "simulator=cost_model", "tracking=disabled"])
-    with pytest.raises(ValueError, match="hardware=<name>.*solver=<name>"):
-        run_experiment(cfg, tmp_path)
+def test_simulator_without_a_placement_says_what_to_add_without_a_traceback(run_cli, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(["model=opt_13b", "simulator=cost_model", "~engine", "tracking=disabled"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and "Traceback" not in err
+    assert "MissingSettingError: simulator=cost_model needs a placement" in err
+    assert "hardware=<name>" in err and "solver=<name>" in err
 
 
 @pytest.mark.slow

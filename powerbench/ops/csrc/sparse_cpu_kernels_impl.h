@@ -54,15 +54,22 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 // The read-only gather probe (gather_probe_impl.h) read scattered rows faster with 8 slots
 // than with 4 in a fixed call order (2026-11-26 12:06 UTC: fp16 row 90% 64 vs 56 GB/s), but
 // with each benchmark round in a random order (12:34 UTC, load 0.9-1.1) 8 slots showed no
-// gain in the operators (fp16/fp32 row, axpy, ffn_gated at 90%: within +-10%, either way),
-// so knob wide_adjacent_pct stays 0 (off).
+// gain in the operators (fp16/fp32 row, axpy, ffn_gated at 90%: within +-10%, either way).
+// With the split prefetch loop (RowStreams::loop) 8 slots do gain: same-process A/Bs,
+// 4096x16384 b1, 2026-11-26 20:22-20:24 UTC (load 1.1-1.3, read probe 30-37 GB/s), six runs
+// of 4 slots vs 8 where fewer than 60% of the ids are adjacent: 8 slots faster in 83 of the
+// 96 (run, cell) pairs of fp16/bf16/fp32 x 4 ops x 50%/90% sparsity (fp16 50%: row
+// 1.82-1.99x -> 1.89-2.21x dense, ffn_relu 1.77-1.99x -> 1.97-2.10x; bf16 90% axpy 7.5-8.6x
+// -> 8.8-9.4x), fp32 axpy at 50% even (1.90-2.00x vs 1.90-1.97x). So knob wide_adjacent_pct
+// defaults to 60: 8 slots from about 40% sparsity on (at 10% sparsity about 90% of the ids
+// are adjacent: 4 slots, where 8 were mixed, fp32 axpy 1.09x -> 1.07x).
 constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 
 // Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
 // one_slot_adjacent_pct percent (default 95: mostly consecutive rows): 1 slot, one stream
 // per thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
 // sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
-// percent (default 0: off) kMaxSlots; else kRowGroup. O(n).
+// percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n).
 // Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
 // sparsity: 12:13 UTC (load 1.5) fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x;
 // 12:34 UTC (random round order, load 0.9-1.1) fp16 row 0.88x -> 0.94-0.96x, ffn_gated
