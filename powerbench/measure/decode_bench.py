@@ -154,6 +154,52 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
     return rows
 
 
+class KnobFFN:
+    """A sparse FFN whose calls run under one setting of the sparse_cpu kernels' run-time
+    knobs (powerbench.ops.cpu_knobs), every other knob at its default; the defaults are
+    restored after each call, so the other engines of the same run are untouched. Attention
+    and the dense projections run outside it, at the defaults."""
+
+    def __init__(self, ffn: Any, ops: Any, knobs: dict[str, int]) -> None:
+        self.ffn, self.ops, self.knobs = ffn, ops, knobs
+
+    def __call__(self, layer_idx: int, x: Tensor, observer: Any = None) -> Tensor:
+        self.ops.set_knobs(self.knobs)
+        try:
+            return self.ffn(layer_idx, x, observer)
+        finally:
+            self.ops.set_knobs({})
+
+    def __getattr__(self, name: str) -> Any:  # rewind, metrics, backend: the FFN's own
+        return getattr(self.ffn, name)
+
+
+def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, int],
+                       variants: Sequence[str]) -> dict[str, Decoder]:
+    """Each sparse engine once per knob variant (``"default"``, ``"wide_adjacent_pct:0"``,
+    ...: `bench-operators`' task.variants syntax), named "<engine> [<variant>]", so a kernel
+    change made as a knob default is timed before and after in the same rounds. Every
+    variant's FFN goes through KnobFFN (the default's too: each pays the same per-call cost);
+    the dense engine runs once. Without variants, `engines` unchanged."""
+    if not variants:
+        return engines
+    from powerbench.engine.sparse import SparseFFN
+    from powerbench.ops import get_backend
+    from powerbench.ops.cpu_knobs import parse_variant
+
+    ops = get_backend("sparse_cpu", fallback=False)
+    settings = {v.strip(): parse_variant(v, ops.knob_specs()) for v in variants}
+    out: dict[str, Decoder] = {}
+    for name, dec in engines.items():
+        if not isinstance(dec.ffn, SparseFFN):
+            out[name] = dec
+            continue
+        for variant, knobs in settings.items():
+            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, ops, knobs))
+            predictor_bytes[f"{name} [{variant}]"] = predictor_bytes.get(name, 0)
+    return out
+
+
 def build_engines(loaded: Any, strategies: Sequence[str], predictor_sets: dict[str, Any],
                   backend: str, unfused: str | None) -> dict[str, Decoder]:
     """Decoders sharing one set of weights: "dense" plus one sparse per strategy (and,

@@ -19,7 +19,7 @@ from typing import Any
 from powerbench.config import PowerbenchConfig, as_container
 from powerbench.engine import build_prompt_batch
 from powerbench.evaluation.predictor_stage import prepare_predictors
-from powerbench.measure.decode_bench import build_engines, run_decode_bench
+from powerbench.measure.decode_bench import build_engines, run_decode_bench, with_knob_variants
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.tasks.config import BenchDecodeTask
 from powerbench.tasks.inputs import model_inputs
@@ -48,6 +48,7 @@ def bench_decode_model(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Pa
     if task.unfused:
         pbytes[f"{task.unfused} unfused"] = pbytes[task.unfused]
     engines = build_engines(loaded, task.predictors, sets, task.backend, task.unfused)
+    engines = with_knob_variants(engines, pbytes, task.variants or ())
     bench = cfg.bench
     ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,
                              bench.batch_size)
@@ -101,6 +102,7 @@ def bench_decode_synthetic(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir
     engines, pbytes = build_synthetic_engines(weights, profile, task.backend,
                                               task.predictor_rank, task.seed,
                                               task.torch_linear_baseline)
+    engines = with_knob_variants(engines, pbytes, task.variants or ())
     with torch_threads(bench.threads):  # the reference: read before and after, the best kept
         before = cpu_read_bandwidth()
     rows = run_decode_bench(ids, engines, pbytes, task.rounds, bench.new_tokens, bench.threads)

@@ -71,3 +71,36 @@ def test_ffn_timing_skips_prompt_calls():
     timed(0, torch.zeros(3, 4))  # a prompt of 3 rows
     timed(0, torch.zeros(1, 4))  # one decode step
     assert timed.calls == 1
+
+
+def test_knob_variants_time_each_sparse_engine_under_its_setting(weights, monkeypatch):
+    """Each sparse engine once per knob variant, in the same rounds; its FFN calls see that
+    setting and every later call the defaults; the dense engine once."""
+    from powerbench.measure.decode_bench import with_knob_variants
+    from powerbench.ops import get_backend
+
+    try:
+        ops = get_backend("sparse_cpu", fallback=False)
+    except Exception as err:  # no compiler here
+        pytest.skip(f"sparse_cpu unavailable: {err}")
+    defaults = ops.knobs()
+    seen = []
+
+    class Recording(SparseFFN):
+        def __call__(self, layer_idx, x, observer=None):
+            seen.append(ops.knobs()["wide_adjacent_pct"])
+            return super().__call__(layer_idx, x, observer)
+
+    dense = Decoder(weights)
+    sparse = Decoder(weights, ffn=Recording(weights, "sparse_cpu", FirstHalf(128)))
+    pbytes = {"half": 64}
+    engines = with_knob_variants({"dense": dense, "half": sparse}, pbytes,
+                                 ["default", "wide_adjacent_pct:7"])
+    assert list(engines) == ["dense", "half [default]", "half [wide_adjacent_pct:7]"]
+    assert pbytes["half [wide_adjacent_pct:7]"] == 64
+    ids = torch.randint(0, 101, (1, 6))
+    rows = run_decode_bench(ids, engines, pbytes, rounds=2, new_tokens=4, threads=1)
+    assert [r.predictor for r in rows] == ["none", "half [default]", "half [wide_adjacent_pct:7]"]
+    assert set(seen) == {defaults["wide_adjacent_pct"], 7}
+    assert ops.knobs() == defaults
+    assert with_knob_variants({"dense": dense}, {}, []) == {"dense": dense}
