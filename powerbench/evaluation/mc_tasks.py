@@ -40,7 +40,10 @@ def continuation_task(tokenizer, texts: Sequence[str], n_items: int = 200, n_cho
                       seed: int = 0) -> list[MCItem]:
     """True continuation vs spans from other documents (token-level, so no re-tokenising)."""
     span = context_tokens + continuation_tokens
-    docs = [ids for ids in (_ids(tokenizer, t) for t in texts) if len(ids) >= span]
+    # one batch call (a fast tokenizer encodes it in Rust, without padding the same ids as
+    # text by text)
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    docs = [tuple(ids) for ids in encoded if len(ids) >= span]
     if len(docs) < n_choices:
         raise ValueError(f"continuation task needs {n_choices} documents of >= {span} tokens, "
                          f"the held-out text has {len(docs)}")
