@@ -4,6 +4,7 @@ spin and wake-up change speed only)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -56,7 +57,8 @@ SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "
             {"wake_ahead_pct": 50},
             {"wide_adjacent_pct": 0}, {"wide_adjacent_pct": 101},
             {"wide_adjacent_pct": 101, "prefetch_bytes": 64},
-            {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536},
+            {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 95},
+            {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536},
             {"stream_loop": 0}, {"stream_loop": 0, "one_slot_adjacent_pct": 1},
             {"axpy_min_slots": 1}, {"axpy_min_slots": 8})
 
@@ -104,8 +106,12 @@ def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_u
 
 # Rows of 4 KiB and more prefetch `prefetch_bytes` ahead and switch to the next row's lines
 # at row_bytes - prefetch_bytes, which odd lengths put inside a loop step; K = 2085 and 4133
-# are odd and not multiples of any vector width. Ids: all rows (one slot per thread), the
-# even rows and a random half (4 slots), each including the last row.
+# are odd and not multiples of any vector width. Ids: all rows, the even rows and a random
+# half, each including the last row, read with one slot per thread where the ids are
+# consecutive (knob one_slot_adjacent_pct 95) or with 4 slots, and 8 (AVX-512) or 4 where
+# they are scattered (knob wide_adjacent_pct 60 or 0).
+SLOT_SETTINGS = ({"one_slot_adjacent_pct": 95, "wide_adjacent_pct": 60},
+                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0})
 LONG_ROWS = ((97, 2085), (41, 4133))
 
 
@@ -116,8 +122,8 @@ def test_long_odd_rows_on_every_path_under_both_stream_loops(cpu_ops, isa, gen, 
     a select per line (0), on every ISA path, against float64: row, axpy (fp32: two slots
     at least, knob axpy_min_slots) and the gated FFN."""
     try:
-        cpu_ops.set_knobs({"stream_loop": loop})
-        for n, k in LONG_ROWS:
+        for slots, (n, k) in itertools.product(SLOT_SETTINGS, LONG_ROWS):
+            cpu_ops.set_knobs({"stream_loop": loop, **slots})
             w = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
             x = torch.randn(1, k, generator=gen).to(dtype)
             half = torch.randperm(n - 1, generator=gen)[: n // 2]

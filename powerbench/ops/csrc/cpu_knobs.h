@@ -44,7 +44,7 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"wake_ahead_us", 200, 0, 100000},
     {"wake_ahead_pct", 0, 0, 90},
     {"wide_adjacent_pct", 60, 0, 101},
-    {"one_slot_adjacent_pct", 95, 0, 100},
+    {"one_slot_adjacent_pct", 0, 0, 100},
     {"stream_loop", 1, 0, 1},
     {"axpy_min_slots", 2, 1, 8},
 };

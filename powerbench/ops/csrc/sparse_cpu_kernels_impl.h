@@ -66,15 +66,23 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 
 // Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
-// one_slot_adjacent_pct percent (default 95: mostly consecutive rows): 1 slot, one stream
-// per thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
+// one_slot_adjacent_pct percent (0: off, the default; 95 was): 1 slot, one stream per
+// thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
 // sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
 // percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n).
 // Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
-// sparsity: 12:13 UTC (load 1.5) fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x;
-// 12:34 UTC (random round order, load 0.9-1.1) fp16 row 0.88x -> 0.94-0.96x, ffn_gated
-// 0.90x -> 1.07-1.08x, axpy 1.03x -> 1.00-1.11x, fp32 0.96-0.99x -> 0.99-1.02x. One slot
-// from 85% adjacency on (10% sparsity too) lost at 10% (axpy fp16 1.55x -> 1.37x): 95.
+// sparsity, with the loop of the time (a per-line prefetch select): 12:13 UTC (load 1.5)
+// fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x; 12:34 UTC (random round order,
+// load 0.9-1.1) fp16 row 0.88x -> 0.94-0.96x, ffn_gated 0.90x -> 1.07-1.08x, axpy 1.03x ->
+// 1.00-1.11x, fp32 0.96-0.99x -> 0.99-1.02x. One slot from 85% adjacency on (10% sparsity
+// too) lost at 10% (axpy fp16 1.55x -> 1.37x), so it was 95. With the split prefetch loop
+// (RowStreams::loop) the 4 slots win instead: six runs at 0%, 2026-11-26 20:48-21:08 UTC
+// (load 1.3-1.5, read probe 31-37 GB/s), 4 slots faster in 48 of 64 (run, cell) pairs,
+// fp32 in 22 of 24 (row 0.73-0.95x -> 0.95-1.01x dense, ffn_relu 0.83-0.94x -> 0.97-1.08x),
+// fp16 mixed (axpy 0.74-1.07x vs 0.83-1.04x). At 0% the row kernels then run the dense
+// kernel's own schedule, so their ratio to it no longer moves with the machine's
+// bandwidth spell (one slot gave fp32 row 0.97x at 17:55 UTC, 45-50 GB/s, and 0.91x at
+// 20:46 UTC, 35 GB/s). So knob one_slot_adjacent_pct defaults to 0.
 inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
   const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
   if (B != 1 || idx == nullptr || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
@@ -814,7 +822,8 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   const int workers0 = m * D * B >= kParallelMin && nt > 1 ? nt : 1;
   const int workers = workers0 < kMaxWorkers ? workers0 : kMaxWorkers;
   // fp32 rows at batch 1: at least knob axpy_min_slots (default 2) row slots, where one
-  // slot (mostly consecutive ids, gather_slots) would stream them alone. Same-process A/Bs
+  // slot (mostly consecutive ids, gather_slots, with knob one_slot_adjacent_pct on) would
+  // stream them alone. Same-process A/Bs
   // (bench-operators task.variants, 4096x16384 b1 at 0% sparsity, 2026-11-26 17:19-17:22
   // UTC, load 1.3-2.9, three runs): fp32 0.94x / 0.93x / 0.90x dense with one slot, 0.99x /
   // 1.00x / 0.96x with two; fp16 1.01-1.03x either way; bf16 lost with two (1.04x -> 0.98x,
