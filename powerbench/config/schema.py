@@ -91,10 +91,10 @@ class PowerbenchConfig:
         """A simulator, and an engine that follows a placement (`needs_placement`, e.g.
         engine=hybrid), need one (hardware and solver): MissingSettingError naming the
         missing settings and their options, when the config is composed."""
-        needers = [f"{group}={getattr(node, 'name', '?')}"
-                   for group, node in (("simulator", self.simulator), ("engine", self.engine))
-                   if node is not None and (group == "simulator"
-                                            or getattr(node, "needs_placement", False))]
+        needers = [f"simulator={getattr(self.simulator, 'name', '?')}"] \
+            if self.simulator is not None else []
+        if getattr(self.engine, "needs_placement", False):
+            needers.append(f"engine={self.engine.name}")
         if not needers or (self.solver is not None and self.hardware is not None):
             return
         from powerbench.config import CONF_DIR
