@@ -180,7 +180,8 @@ def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, i
     ...: `bench-operators`' task.variants syntax), named "<engine> [<variant>]", so a kernel
     change made as a knob default is timed before and after in the same rounds. Every
     variant's FFN goes through KnobFFN (the default's too: each pays the same per-call cost);
-    the dense engine runs once. Without variants, `engines` unchanged."""
+    the dense engine runs once; each variant's predictor bytes are added to
+    `predictor_bytes` under its name. Without variants, `engines` unchanged."""
     if not variants:
         return engines
     from powerbench.engine.sparse import SparseFFN
@@ -195,7 +196,9 @@ def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, i
             out[name] = dec
             continue
         for variant, knobs in settings.items():
-            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, ops, knobs))
+            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, ops, knobs),
+                                                  linear=dec.linear,
+                                                  fused=dec.kernels is not None)
             predictor_bytes[f"{name} [{variant}]"] = predictor_bytes.get(name, 0)
     return out
 
