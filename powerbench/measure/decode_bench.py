@@ -158,17 +158,20 @@ class KnobFFN:
     """A sparse FFN whose calls run under one setting of the sparse_cpu kernels' run-time
     knobs (powerbench.ops.cpu_knobs), every other knob at its default; the defaults are
     restored after each call, so the other engines of the same run are untouched. Attention
-    and the dense projections run outside it, at the defaults."""
+    and the dense projections run outside it, at the defaults. `knobs` and `defaults` are
+    every knob's value in the extension's order (`knob_vector`), checked once when built:
+    a call sets them with the extension's op alone, as bench-operators' contenders do."""
 
-    def __init__(self, ffn: Any, ops: Any, knobs: dict[str, int]) -> None:
-        self.ffn, self.ops, self.knobs = ffn, ops, knobs
+    def __init__(self, ffn: Any, knobs: Sequence[int], defaults: Sequence[int]) -> None:
+        self.ffn, self.knobs, self.defaults = ffn, list(knobs), list(defaults)
+        self._set = torch.ops.powerbench_cpu.set_cpu_knobs.default
 
     def __call__(self, layer_idx: int, x: Tensor, observer: Any = None) -> Tensor:
-        self.ops.set_knobs(self.knobs)
+        self._set(self.knobs)
         try:
             return self.ffn(layer_idx, x, observer)
         finally:
-            self.ops.set_knobs({})
+            self._set(self.defaults)
 
     def __getattr__(self, name: str) -> Any:  # rewind, metrics, backend: the FFN's own
         return getattr(self.ffn, name)
@@ -186,17 +189,18 @@ def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, i
         return engines
     from powerbench.engine.sparse import SparseFFN
     from powerbench.ops import get_backend
-    from powerbench.ops.cpu_knobs import parse_variant
+    from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 
-    ops = get_backend("sparse_cpu", fallback=False)
-    settings = {v.strip(): parse_variant(v, ops.knob_specs()) for v in variants}
+    specs = get_backend("sparse_cpu", fallback=False).knob_specs()
+    defaults = knob_vector({}, specs)
+    settings = {v.strip(): knob_vector(parse_variant(v, specs), specs) for v in variants}
     out: dict[str, Decoder] = {}
     for name, dec in engines.items():
         if not isinstance(dec.ffn, SparseFFN):
             out[name] = dec
             continue
         for variant, knobs in settings.items():
-            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, ops, knobs),
+            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, knobs, defaults),
                                                   linear=dec.linear,
                                                   fused=dec.kernels is not None)
             predictor_bytes[f"{name} [{variant}]"] = predictor_bytes.get(name, 0)
