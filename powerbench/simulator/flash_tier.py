@@ -72,7 +72,13 @@ class FlashTraffic:
 
 
 def _cluster_ids(mask: np.ndarray, cluster: int) -> np.ndarray:
-    return np.unique(np.flatnonzero(mask) // cluster)
+    """Ascending ids of the clusters with any neuron set in `mask` (bool [neurons]): the
+    active ids are ascending, so a cluster repeats only next to itself (no sort needed)."""
+    ids = np.flatnonzero(mask) // cluster
+    first = np.empty(ids.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    return ids[first]
 
 
 def _units(mask: np.ndarray, cluster: int, n_units: int, layer: int) -> np.ndarray:

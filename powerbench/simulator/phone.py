@@ -40,7 +40,7 @@ from powerbench.hardware.flash_rates import LARGE_BLOCK, FlashRates
 from powerbench.hardware.hardware_profile import HardwareProfile
 from powerbench.hardware.load import load_hardware
 from powerbench.model.spec import ModelSpec
-from powerbench.profiling.activation_profile import ActivationProfile
+from powerbench.profiling.activation_profile import ActivationProfile, unpack_masks
 from powerbench.simulator.config import ComputeMode
 from powerbench.simulator.cost import CostModel, PassCosts, PassShape
 from powerbench.simulator.flash_tier import (
@@ -65,10 +65,10 @@ def computed_masks(spec: ModelSpec, profile: ActivationProfile, mode: ComputeMod
     rows' active neurons; dense: every neuron, MoE: every neuron of the routed experts)."""
     out = []
     for layer in profile.layers:
-        masks = layer.trace_masks()
-        if masks is None:
+        packed = layer.trace_unions(groups)
+        if packed is None:
             raise ValueError("the flash tier replays per-token traces: the profile has none")
-        union = masks[groups].any(axis=1)
+        union = unpack_masks(packed, layer.n_neurons)
         if mode is ComputeMode.dense:
             union = (_moe_routed(union, spec.n_experts) if spec.n_experts > 1
                      else np.ones_like(union))

@@ -99,8 +99,7 @@ def plan_segments(frequencies: np.ndarray | None, n_layers: int, units_per_layer
         if f.shape != (n_layers, units_per_layer):
             raise ValueError(f"frequencies of shape {f.shape}, expected "
                              f"{(n_layers, units_per_layer)}")
-        order = np.argsort(-f.ravel(), kind="stable")[:n_hot]
-        hot_mask.ravel()[order] = True
+        hot_mask.ravel()[_top_k(f.ravel(), n_hot)] = True
     cold = (~hot_mask).sum(axis=1)
     rest = capacity - n_hot
     lru = np.floor(rest * cold / max(cold.sum(), 1)).astype(np.int64)
@@ -111,6 +110,14 @@ def plan_segments(frequencies: np.ndarray | None, n_layers: int, units_per_layer
     lru = np.minimum(lru, cold)
     hot = tuple(np.flatnonzero(hot_mask[layer]) for layer in range(n_layers))
     return SegmentPlan(hot=hot, lru=tuple(int(x) for x in lru))
+
+
+def _top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the `k` largest values, ties to the lower index (as a stable descending
+    sort's first k), in O(n): a partition finds the k-th value."""
+    kth = np.partition(values, values.size - k)[values.size - k]
+    above = np.flatnonzero(values > kth)
+    return np.concatenate([above, np.flatnonzero(values == kth)[:k - above.size]])
 
 
 class SegmentedNeuronCache:

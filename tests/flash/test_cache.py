@@ -104,6 +104,17 @@ def test_plan_respects_the_budget_and_picks_the_hottest():
         plan_segments(freq, 4, 50, 10, hot_fraction=1.5)
 
 
+def test_plan_breaks_ties_to_the_lower_layer_and_id():
+    """The hot set is a stable descending sort's first clusters: among equal frequencies
+    the lower layer, then the lower id, wins."""
+    freq = np.round(np.random.default_rng(1).random((3, 40)) * 4)  # many ties
+    for capacity in (1, 7, 30, 61):
+        plan = plan_segments(freq, 3, 40, capacity=capacity, hot_fraction=1.0)
+        order = np.argsort(-freq.ravel(), kind="stable")[:capacity]
+        expected = [np.sort(order[order // 40 == layer] % 40) for layer in range(3)]
+        assert all(np.array_equal(h, e) for h, e in zip(plan.hot, expected, strict=True))
+
+
 def test_preload_fills_free_slots_without_counting():
     c = cache([[0]], [2])
     units, slots = c.preload(0, np.array([0, 4, 5, 6]))  # 0 is hot already; 6 does not fit

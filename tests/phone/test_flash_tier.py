@@ -9,6 +9,7 @@ import pytest
 from powerbench.hardware.flash_rates import KB, FlashRates
 from powerbench.simulator.config import ComputeMode
 from powerbench.simulator.flash_tier import (
+    _cluster_ids,
     first_read_seconds,
     flash_seconds,
     mmap_bandwidth,
@@ -193,3 +194,12 @@ def test_sliding_window_prompt_pass_and_prompt_tokens_fill_the_window():
                window=2, prompt_tokens=prompt)
     assert t.prefill_bytes.tolist() == [7 * 6 * KB]  # all but 6 (the warm token's)
     assert t.reads[:, 0].tolist() == [1]  # 4, 5 in the window; 6 left it
+
+
+@pytest.mark.parametrize("cluster", [1, 3, 8])
+def test_cluster_ids_are_the_distinct_clusters_of_the_active_neurons(cluster):
+    rng = np.random.default_rng(cluster)
+    for density in (0.0, 0.05, 0.5, 1.0):
+        mask = rng.random(101) < density
+        assert np.array_equal(_cluster_ids(mask, cluster),
+                              np.unique(np.flatnonzero(mask) // cluster))

@@ -36,6 +36,18 @@ def test_pack_roundtrip_odd_width():
     assert pack_masks(np.eye(8, dtype=bool))[:, 0].tolist() == [1, 2, 4, 8, 16, 32, 64, 128]
 
 
+def test_trace_unions_are_the_unions_of_the_unpacked_rows():
+    rng = np.random.default_rng(1)
+    masks = rng.random((9, 13)) < 0.3
+    layer = LayerProfile(0, masks.sum(axis=0), 9, np.full(9, 0.3, np.float32),
+                         trace=pack_masks(masks))
+    groups = np.array([[0, 1, 2], [3, 4, 5], [8, 0, 1]])
+    np.testing.assert_array_equal(unpack_masks(layer.trace_unions(groups), 13),
+                                  masks[groups].any(axis=1))
+    assert LayerProfile(0, masks.sum(axis=0), 9, np.zeros(9, np.float32)).trace_unions(
+        groups) is None
+
+
 def test_profile_statistics_and_traces():
     trace = np.array([[1, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 1]], dtype=bool)
     layers = [

@@ -271,3 +271,15 @@ def test_a_hardware_config_is_loaded_from_the_callers_cache_dir(tmp_path, monkey
     simulate_phone(None, spec, profile, placement, LocalHardwareConfig(), bench=_bench(),
                    cache_dir=tmp_path)
     assert seen == [tmp_path] * 3
+
+
+def test_side_counts_match_counting_the_bools():
+    """The popcount of bit-packed rows, on a neuron count that is not a multiple of 8."""
+    from powerbench.profiling.activation_profile import pack_masks
+    from powerbench.simulator.workload import _side_counts
+
+    rng = np.random.default_rng(0)
+    mask, gpu = rng.random((5, 1001)) < 0.3, rng.random(1001) < 0.4
+    on_gpu, on_cpu = _side_counts(pack_masks(mask), pack_masks(gpu))
+    assert np.array_equal(on_gpu, (mask & gpu).sum(axis=1))
+    assert np.array_equal(on_cpu, (mask & ~gpu).sum(axis=1))
