@@ -73,6 +73,14 @@ def parse_report(text: str, block_kb: int = 8, queue_depth: int = 16) -> Measure
                     int(trace[1]) if trace else WARMUP + TOKENS * ROUNDS)
 
 
+def _relative_error(predicted: float, measured: float) -> float:
+    """predicted / measured - 1; 0 when both are 0 (nothing read, as predicted), inf when
+    only the measurement is 0."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return float(predicted) / float(measured) - 1.0
+
+
 def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
             shape: BenchShape | None = None, costs: EngineCosts | None = None
             ) -> pd.DataFrame:
@@ -103,8 +111,8 @@ def predict(measured: Measured, budgets: tuple[float, ...] = (0.5, 0.25, 0.1),
         meas = measured.rows.get(b)
         if meas is not None:
             row |= {f"meas_{k}": v for k, v in meas.items()}
-            row["tok_s_error"] = row["pred_tok_s"] / meas["tok_s"] - 1.0
-            row["mb_tok_error"] = row["pred_mb_tok"] / meas["mb_tok"] - 1.0
+            row["tok_s_error"] = _relative_error(row["pred_tok_s"], meas["tok_s"])
+            row["mb_tok_error"] = _relative_error(row["pred_mb_tok"], meas["mb_tok"])
         out.append(row)
     return pd.DataFrame(out)
 

@@ -52,6 +52,7 @@ def test_engine_costs_predict_from_replayed_counts_and_fit_ignores_outliers():
     table = predict(m, budgets=(1.0, 0.1), shape=small, costs=costs)
     assert table.pred_tok_s.iloc[0] == pytest.approx(1 / (2 * 1e-4))  # no misses at 100%
     assert table.pred_tok_s.iloc[1] < table.pred_tok_s.iloc[0]
+    assert m.rows[1.0]["mb_tok"] == 0 and table.mb_tok_error.iloc[0] == 0.0  # 0 as predicted
     rng = np.random.default_rng(0)
     miss = rng.integers(0, 50, 200)
     a = np.column_stack([np.ones(200), rng.integers(100, 300, 200), miss,
