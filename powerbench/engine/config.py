@@ -165,12 +165,19 @@ class DecoderEngineConfig(EngineConfig):
         super().__post_init__()
         check_choice("engine.dense_kernel", self.dense_kernel, DENSE_KERNELS)
         check_range("engine.dense_kernel_max_rows", self.dense_kernel_max_rows, 0)
-        if on_cuda(self.device) and getattr(self.ffn, "backend", None) == "sparse_cpu":
+        why = self.cpu_only()
+        if on_cuda(self.device) and why:
             raise ConfigRangeError(
-                f"engine.device={self.device!r} puts the weights on the GPU and "
-                f"engine.ffn.backend=sparse_cpu (engine={self.name}) computes on the CPU: "
-                "on a GPU use engine=sparse_cuda engine.device=cuda; on the CPU leave "
-                "engine.device unset or cpu")
+                f"engine.device={self.device!r}: {why}; valid: engine.device=cpu or unset "
+                "(on a GPU: engine=sparse_cuda engine.device=cuda)")
+
+    def cpu_only(self) -> str | None:
+        """Why this engine's FFN computes on the CPU whatever engine.device says (None:
+        it follows the device)."""
+        if getattr(self.ffn, "backend", None) == "sparse_cpu":
+            return (f"engine.ffn.backend=sparse_cpu (engine={self.name}) computes the FFN "
+                    "on the CPU")
+        return None
 
 
 @dataclass

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from powerbench.engine.config import DecoderEngineConfig, FFNConfig, on_cuda
-from powerbench.schema_helpers import ConfigRangeError
+from powerbench.engine.config import DecoderEngineConfig, FFNConfig
 
 
 @dataclass
@@ -48,13 +47,9 @@ class FlashEngineConfig(DecoderEngineConfig):
     name: str = "flash"
     ffn: FlashFFNConfig = field(default_factory=FlashFFNConfig)
 
-    def __post_init__(self) -> None:
-        if on_cuda(self.device):  # before the parent's sparse_cpu-on-GPU message
-            raise ConfigRangeError(
-                f"engine.device={self.device!r}: engine=flash streams the FFN from its file "
-                "into a DRAM neuron cache and computes it on the CPU; valid: engine.device=cpu "
-                "or unset (on a GPU: engine=sparse_cuda engine.device=cuda)")
-        super().__post_init__()
+    def cpu_only(self) -> str | None:
+        return ("engine=flash streams the FFN from its file into a DRAM neuron cache and "
+                "computes it on the CPU")
 
 
 SCHEMAS = {"flash": FlashEngineConfig}

@@ -56,9 +56,9 @@ CASES = [
     (["engine.device=gpu"], r"engine\.device='gpu' is not a device; valid: cpu, cuda, "
      r"cuda:<index> \(a GPU is engine\.device=cuda"),
     (["engine=sparse_cpu", "predictor=fixed", "engine.device=cuda"],
-     r"engine\.device='cuda' puts the weights on the GPU and engine\.ffn\.backend=sparse_cpu "
-     r"\(engine=sparse_cpu\) computes on the CPU: on a GPU use engine=sparse_cuda "
-     r"engine\.device=cuda"),
+     r"engine\.device='cuda': engine\.ffn\.backend=sparse_cpu \(engine=sparse_cpu\) computes "
+     r"the FFN on the CPU; valid: engine\.device=cpu or unset \(on a GPU: engine=sparse_cuda "
+     r"engine\.device=cuda\)"),
     (["engine=hybrid", "engine.device=cpu"],
      r"engine\.device='cpu': engine=hybrid runs attention and the hot neurons on the GPU; "
      r"valid: engine\.device=cuda"),
