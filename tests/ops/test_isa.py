@@ -164,3 +164,28 @@ def test_bf16_batched_rows_on_every_path_match_float64(cpu_ops, isa, gen, x_kind
         gscale = (scale * scale) @ w.double()[idx].abs()
         gtol = (4e-3 if x_kind == "bf16" else 1e-4) * gscale + 1e-5
         assert ((gated.double() - ref_gated).abs() <= gtol).all(), (isa, n, k, batch)
+
+
+@pytest.mark.parametrize("c_kind", ["bf16", "fp32", "subnormal"])
+def test_bf16_batched_axpy_on_every_path_matches_float64(cpu_ops, isa, gen, c_kind):
+    """bf16 axpy rows for several tokens: with bf16-exact coefficients the avx512_bf16 path
+    pairs rows for vdpbf16ps (an odd row out, D below, at and above multiples of 32 and
+    of the 256-column chunk); fp32 coefficients and a subnormal one take convert-and-FMA
+    there; every path within fp32 rounding of float64."""
+    for (n, d), batch in BF16_CASES:
+        w_t = (torch.randn(n, d, generator=gen) * 0.1).to(torch.bfloat16)
+        c = torch.randn(batch, n, generator=gen)
+        if c_kind != "fp32":
+            c = c.to(torch.bfloat16).float()
+        c[:, 1] = 0.0  # a neuron no token needs
+        idx = torch.randperm(n, generator=gen)[: (2 * n) // 3 + 1]
+        if c_kind == "subnormal":  # exact in bf16, but vdpbf16ps would read it as zero:
+            c[0] = 0.0  # token 0 is that coefficient times a row large enough to show it
+            c[0, 0] = 1e-40
+            w_t[idx[0]] *= 1e30
+        coeffs = c[:, : idx.numel()].contiguous()
+        out = cpu_ops.axpy(w_t, coeffs, idx)
+        rows = w_t.double()[idx]
+        want = coeffs.double() @ rows
+        tol = 1e-5 * (coeffs.double().abs() @ rows.abs()) + 1e-30
+        assert ((out.double() - want).abs() <= tol).all(), (isa, n, d, batch)

@@ -92,4 +92,21 @@ struct VB {
 constexpr int kWB = 32;  // bf16 lanes
 inline VB vload_bf16(const simd::bf16* p) { return {(__m512bh)_mm512_loadu_si512(p)}; }
 inline V vdot_bf16(V acc, VB a, VB b) { return {_mm512_dpbf16_ps(acc.v, a.v, b.v)}; }
+// Both halves of a bf16 pair vector: lane 2i holds lo, lane 2i+1 hi (a 32-bit broadcast).
+inline VB vpair_bf16(uint32_t pair) { return {(__m512bh)_mm512_set1_epi32(int(pair))}; }
+// 32 columns of two bf16 rows as pairs (lane 2j: a[j], lane 2j+1: b[j]; b null: zeros):
+// columns 0-15 to out, 16-31 to out + 32 (vpermt2w).
+inline void vinterleave_bf16(const simd::bf16* a, const simd::bf16* b, simd::bf16* out) {
+  // lane 2j: a[j] (index j), lane 2j + 1: b[j] (index 32 + j); + 16 for columns 16-31
+  alignas(64) static constexpr uint16_t kPick[2][32] = {
+      {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+  const __m512i lo = _mm512_load_si512(kPick[0]), hi = _mm512_load_si512(kPick[1]);
+  const __m512i va = _mm512_loadu_si512(a);
+  const __m512i vb = b ? _mm512_loadu_si512(b) : _mm512_setzero_si512();
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi16(va, lo, vb));
+  _mm512_storeu_si512(out + kWB, _mm512_permutex2var_epi16(va, hi, vb));
+}
 #endif

@@ -499,7 +499,82 @@ inline void dot_rows_tokens_bf16(const bf16* const* w, const bf16* xb, const flo
     }
   }
 }
+
+// out[t0 + t][k0, k0 + len) += the Q rows' products for T tokens (len a multiple of 16):
+// pair vector p of column block k sits at w + p * ldw + 2 k (axpy_group_bn_bf16), cv[t][p]
+// is token t's pair of coefficients; T outputs stay in registers over all the pairs.
+template <int P, int T>
+inline void axpy_tile_bf16(const bf16* w, int64_t ldw, const VB (*cv)[P], float* out,
+                           int64_t D, int64_t k0, int64_t len) {
+  for (int64_t k = 0; k < len; k += kWB / 2) {
+    V y[T];
+    for (int t = 0; t < T; ++t) y[t] = vload(out + t * D + k0 + k);
+    for (int p = 0; p < P; ++p) {
+      const VB wv = vload_bf16(w + p * ldw + 2 * k);
+      for (int t = 0; t < T; ++t) y[t] = vdot_bf16(y[t], wv, cv[t][p]);
+    }
+    for (int t = 0; t < T; ++t) vstore(out + t * D + k0 + k, y[t]);
+  }
+}
+
+// out[b][0, D) += sum_q c[b * Q + q] * rows[q][0, D) for B > 1 tokens whose coefficients
+// are exact bf16 values (axpy_impl checks), with vdpbf16ps: each chunk of a row pair is
+// interleaved once into L1 scratch (lane 2j: the pair's first row, lane 2j + 1: its second,
+// column j; an odd row out pairs with zeros), then each token adds both rows' products to
+// an fp32 lane in one instruction, where convert-and-FMA needs a conversion and one FMA per
+// row (the dense bf16 product at batch 8 already takes vdpbf16ps: dot_rows_tokens_bf16).
+// Tiles of 4 tokens keep their outputs in registers over all Q rows, and axpy_impl gives
+// this kernel 8 rows per group (4 pair vectors per output load and store). The products
+// are exact in fp32: only the order of the additions differs. bf16 axpy 4096x16384 b8,
+// 2026-11-26 23:17-23:20 UTC: convert-and-FMA 0.52x dense at 0% sparsity, vdpbf16ps with
+// 4 rows 0.73-0.81x, with 8 rows 0.94-1.02x (same process, two runs; 50%: 1.42-1.56x ->
+// 1.77-2.01x, 90%: 6.1-7.0x -> 8.0-9.0x).
+template <int Q>
+inline void axpy_group_bn_bf16(const bf16* const* rows, const float* c /*[B][Q]*/, int64_t B,
+                               float* out, int64_t D, bf16* scratch, const RowStreams& pf) {
+  constexpr int P = (Q + 1) / 2;  // row pairs
+  for (int64_t kc = 0; kc < D; kc += kChunk) {
+    const int64_t ke = kc + kChunk < D ? kc + kChunk : D;
+    pf.at(kc * int64_t(sizeof(bf16)), (ke - kc) * int64_t(sizeof(bf16)));
+    const int64_t len = (ke - kc) / kWB * kWB;
+    for (int p = 0; p < P; ++p) {
+      const bf16* a = rows[2 * p] + kc;
+      const bf16* b = 2 * p + 1 < Q ? rows[2 * p + 1] + kc : nullptr;
+      bf16* dst = scratch + p * 2 * kChunk;
+      for (int64_t k = 0; k < len; k += kWB) vinterleave_bf16(a + k, b ? b + k : nullptr, dst + 2 * k);
+    }
+    VB cv[4][P];  // a tile's coefficients, two rows per vector
+    auto tile = [&](auto n, int64_t t0) {
+      constexpr int T = decltype(n)::value;
+      for (int t = 0; t < T; ++t)
+        for (int p = 0; p < P; ++p) {
+          const float* ct = c + (t0 + t) * Q;
+          const uint32_t lo = simd::bits_of(ct[2 * p]) >> 16;
+          const uint32_t hi = 2 * p + 1 < Q ? simd::bits_of(ct[2 * p + 1]) >> 16 : 0u;
+          cv[t][p] = vpair_bf16(lo | (hi << 16));
+        }
+      axpy_tile_bf16<P, T>(scratch, 2 * kChunk, cv, out + t0 * D, D, kc, len);
+    };
+    int64_t t0 = 0;
+    for (; t0 + 4 <= B; t0 += 4) tile(std::integral_constant<int, 4>{}, t0);
+    for (; t0 + 2 <= B; t0 += 2) tile(std::integral_constant<int, 2>{}, t0);
+    if (t0 < B) tile(std::integral_constant<int, 1>{}, t0);
+    for (int64_t k = kc + len; k < ke; ++k)  // the columns past the last whole pair vector
+      for (int64_t t = 0; t < B; ++t) {
+        float y = out[t * D + k];
+        for (int q = 0; q < Q; ++q) y += c[t * Q + q] * to_f32(rows[q][k]);
+        out[t * D + k] = y;
+      }
+  }
+}
 #endif
+
+// Whether vdpbf16ps reads v as itself: an exact bf16 value, normal or zero (it reads
+// subnormals as zero).
+inline bool bf16_dot_exact(float v) {
+  const uint32_t u = simd::bits_of(v);
+  return (u & 0xffffu) == 0 && ((u & 0x7f800000u) != 0 || (u & 0x7fffffffu) == 0);
+}
 
 // x [B, K] as bf16 rows of K / kWB * kWB (caller's scratch) for the bf16 dot product: only on
 // a path that has it, for bf16 weights and B > 1 tokens (one token is bandwidth-bound, the
@@ -510,13 +585,9 @@ inline const bf16* bf16_tokens(const float* x, int64_t B, int64_t K) {
 #ifdef PBOPS_BF16_DOT
   if constexpr (std::is_same_v<WT, bf16>) {
     if (B < 2 || K < kWB) return nullptr;
-    uint32_t low = 0, subnormal = 0;
-    for (int64_t i = 0; i < B * K; ++i) {
-      const uint32_t u = simd::bits_of(x[i]);
-      low |= u & 0xffffu;
-      subnormal |= (u & 0x7f800000u) == 0 && (u & 0x7fffffffu) != 0;
-    }
-    if (low || subnormal) return nullptr;
+    bool exact = true;
+    for (int64_t i = 0; i < B * K; ++i) exact &= bf16_dot_exact(x[i]);
+    if (!exact) return nullptr;
     const int64_t Kb = K / kWB * kWB;
     bf16* xb = static_cast<bf16*>(thread_scratch(2, sizeof(bf16) * B * Kb));
     for (int64_t b = 0; b < B; ++b)
@@ -725,14 +796,46 @@ inline void axpy_group_b1(const WT* const* rows, const float* c, float* out, int
   }
 }
 
+// Token tiles of several tokens: a tile's outputs stay in registers over the Q rows, so
+// each weight vector is loaded once per tile and each output once per tile and row group.
+// Same-process A/B against token pairs (bench-operators, 4096x16384 b8, 2026-11-26 23:22
+// UTC, two runs): fp16 axpy 0.82-0.89x -> 1.01-1.10x dense at 0% sparsity, 1.62-1.75x ->
+// 1.98-2.18x at 50%, ffn_relu 0.90-0.94x -> 1.00-1.06x at 0%; fp32 axpy 1-10% faster,
+// fp32 ffn_relu within +-3%. Four tokens need 16 coefficient vectors for 4 rows: AVX2's
+// 16 registers hold two.
+constexpr int kAxpyTile = kW >= 16 ? 4 : 2;
+
+template <int Q, int T>
+inline void axpy_tile_f32(const float* const* src, const float* c, float* out, int64_t D,
+                          int64_t len) {
+  V cv[T][Q];
+  for (int t = 0; t < T; ++t)
+    for (int q = 0; q < Q; ++q) cv[t][q] = vset1(c[t * Q + q]);
+  int64_t k = 0;
+  for (; k + kW <= len; k += kW) {
+    V y[T];
+    for (int t = 0; t < T; ++t) y[t] = vload(out + t * D + k);
+    for (int q = 0; q < Q; ++q) {
+      const V wv = vload(src[q] + k);
+      for (int t = 0; t < T; ++t) y[t] = vfma(cv[t][q], wv, y[t]);
+    }
+    for (int t = 0; t < T; ++t) vstore(out + t * D + k, y[t]);
+  }
+  for (; k < len; ++k)
+    for (int t = 0; t < T; ++t) {
+      float y = out[t * D + k];
+      for (int q = 0; q < Q; ++q) y += c[t * Q + q] * src[q][k];
+      out[t * D + k] = y;
+    }
+}
+
 // Several tokens: each chunk of the Q rows is loaded (and converted to fp32) once into
-// `scratch` and reused for every token from L1.
+// `scratch` and reused for every token tile from L1.
 template <typename WT, int Q>
-inline void axpy_group_bn(const WT* const* rows, const float* c /*[B][Q]*/, int64_t B,
-                          float* out, int64_t D, int64_t c0, int64_t c1, float* scratch,
-                          const RowStreams& pf) {
-  for (int64_t kc = c0; kc < c1; kc += kChunk) {
-    const int64_t ke = kc + kChunk < c1 ? kc + kChunk : c1;
+inline void axpy_group_bn(const WT* const* rows, const float* c, int64_t B, float* out,
+                                int64_t D, float* scratch, const RowStreams& pf) {
+  for (int64_t kc = 0; kc < D; kc += kChunk) {
+    const int64_t ke = kc + kChunk < D ? kc + kChunk : D;
     pf.at(kc * int64_t(sizeof(WT)), (ke - kc) * int64_t(sizeof(WT)));
     const float* src[Q];
     for (int q = 0; q < Q; ++q) {
@@ -747,56 +850,11 @@ inline void axpy_group_bn(const WT* const* rows, const float* c /*[B][Q]*/, int6
       }
     }
     const int64_t len = ke - kc;
-    int64_t b = 0;
-    // token pairs: each converted weight vector loaded once for two tokens
-    for (; b + 2 <= B; b += 2) {
-      const float* c0 = c + b * Q;
-      const float* c1 = c0 + Q;
-      V cv0[Q], cv1[Q];
-      for (int q = 0; q < Q; ++q) {
-        cv0[q] = vset1(c0[q]);
-        cv1[q] = vset1(c1[q]);
-      }
-      float* o0 = out + b * D + kc;
-      float* o1 = o0 + D;
-      int64_t k = 0;
-      for (; k + kW <= len; k += kW) {
-        V y0 = vload(o0 + k), y1 = vload(o1 + k);
-        for (int q = 0; q < Q; ++q) {
-          const V wv = vload(src[q] + k);
-          y0 = vfma(cv0[q], wv, y0);
-          y1 = vfma(cv1[q], wv, y1);
-        }
-        vstore(o0 + k, y0);
-        vstore(o1 + k, y1);
-      }
-      for (; k < len; ++k) {
-        float y0 = o0[k], y1 = o1[k];
-        for (int q = 0; q < Q; ++q) {
-          y0 += c0[q] * src[q][k];
-          y1 += c1[q] * src[q][k];
-        }
-        o0[k] = y0;
-        o1[k] = y1;
-      }
-    }
-    for (; b < B; ++b) {
-      const float* cb = c + b * Q;
-      V cv[Q];
-      for (int q = 0; q < Q; ++q) cv[q] = vset1(cb[q]);
-      float* ob = out + b * D + kc;
-      int64_t k = 0;
-      for (; k + kW <= len; k += kW) {
-        V y = vload(ob + k);
-        for (int q = 0; q < Q; ++q) y = vfma(cv[q], vload(src[q] + k), y);
-        vstore(ob + k, y);
-      }
-      for (; k < len; ++k) {
-        float y = ob[k];
-        for (int q = 0; q < Q; ++q) y += cb[q] * src[q][k];
-        ob[k] = y;
-      }
-    }
+    int64_t t = 0;
+    for (; t + kAxpyTile <= B; t += kAxpyTile)
+      axpy_tile_f32<Q, kAxpyTile>(src, c + t * Q, out + t * D + kc, D, len);
+    for (; t + 2 <= B; t += 2) axpy_tile_f32<Q, 2>(src, c + t * Q, out + t * D + kc, D, len);
+    if (t < B) axpy_tile_f32<Q, 1>(src, c + t * Q, out + t * D + kc, D, len);
   }
 }
 
@@ -828,9 +886,19 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   // UTC, load 1.3-2.9, three runs): fp32 0.94x / 0.93x / 0.90x dense with one slot, 0.99x /
   // 1.00x / 0.96x with two; fp16 1.01-1.03x either way; bf16 lost with two (1.04x -> 0.98x,
   // 0.98x -> 0.88x), so 16-bit rows keep one slot.
+  bool bf16_dot = false;  // the bf16 dot product (axpy_group_bn_bf16): exact coefficients
+#ifdef PBOPS_BF16_DOT
+  if constexpr (std::is_same_v<WT, bf16>) {
+    bf16_dot = B > 1;
+    for (int64_t j = 0; j < m && bf16_dot; ++j)
+      for (int64_t b = 0; b < B && bf16_dot; ++b) bf16_dot = bf16_dot_exact(coeff[b * ldc + cols[j]]);
+  }
+#endif
+  (void)bf16_dot;
   int slots = gather_slots(live, m, B);
   const int64_t min_slots = sizeof(WT) == sizeof(float) ? knob(kKnobAxpyMinSlots) : 1;
   if (B == 1 && slots < min_slots) slots = min_slots < kMaxSlots ? int(min_slots) : kMaxSlots;
+  if (bf16_dot) slots = kMaxSlots;  // 8 rows per group (axpy_group_bn_bf16)
   const int64_t grab = rows_per_grab(D * int64_t(sizeof(WT)), m, workers, slots);
   float* partial[kMaxWorkers] = {};
   parallel_for(m, grab, workers, [&](int64_t p0, int64_t p1, int worker) {
@@ -854,8 +922,19 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
           axpy_group_b1<WT, decltype(c)::value>(rows, cbuf, acc, 0, D, pf);
         });
       } else {
+#ifdef PBOPS_BF16_DOT
+        if constexpr (std::is_same_v<WT, bf16>) {
+          if (bf16_dot) {
+            with_count<kMaxSlots>(count, [&](auto c) {
+              axpy_group_bn_bf16<decltype(c)::value>(rows, cbuf, B, acc, D,
+                                                     reinterpret_cast<bf16*>(scratch), pf);
+            });
+            return;
+          }
+        }
+#endif
         with_count<kRowGroup>(count, [&](auto c) {
-          axpy_group_bn<WT, decltype(c)::value>(rows, cbuf, B, acc, D, 0, D, scratch, pf);
+          axpy_group_bn<WT, decltype(c)::value>(rows, cbuf, B, acc, D, scratch, pf);
         });
       }
     });
