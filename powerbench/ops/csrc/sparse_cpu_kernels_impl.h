@@ -833,7 +833,7 @@ inline void axpy_tile_f32(const float* const* src, const float* c, float* out, i
 // `scratch` and reused for every token tile from L1.
 template <typename WT, int Q>
 inline void axpy_group_bn(const WT* const* rows, const float* c, int64_t B, float* out,
-                                int64_t D, float* scratch, const RowStreams& pf) {
+                          int64_t D, float* scratch, const RowStreams& pf) {
   for (int64_t kc = 0; kc < D; kc += kChunk) {
     const int64_t ke = kc + kChunk < D ? kc + kChunk : D;
     pf.at(kc * int64_t(sizeof(WT)), (ke - kc) * int64_t(sizeof(WT)));
@@ -879,13 +879,6 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   // [B, D] partial sum (the caller straight into `out`); the partials are added at the end.
   const int workers0 = m * D * B >= kParallelMin && nt > 1 ? nt : 1;
   const int workers = workers0 < kMaxWorkers ? workers0 : kMaxWorkers;
-  // fp32 rows at batch 1: at least knob axpy_min_slots (default 2) row slots, where one
-  // slot (mostly consecutive ids, gather_slots, with knob one_slot_adjacent_pct on) would
-  // stream them alone. Same-process A/Bs
-  // (bench-operators task.variants, 4096x16384 b1 at 0% sparsity, 2026-11-26 17:19-17:22
-  // UTC, load 1.3-2.9, three runs): fp32 0.94x / 0.93x / 0.90x dense with one slot, 0.99x /
-  // 1.00x / 0.96x with two; fp16 1.01-1.03x either way; bf16 lost with two (1.04x -> 0.98x,
-  // 0.98x -> 0.88x), so 16-bit rows keep one slot.
   bool bf16_dot = false;  // the bf16 dot product (axpy_group_bn_bf16): exact coefficients
 #ifdef PBOPS_BF16_DOT
   if constexpr (std::is_same_v<WT, bf16>) {
@@ -895,6 +888,13 @@ void axpy_impl(const WT* w_t, int64_t D, const float* coeff, int64_t ldc, int64_
   }
 #endif
   (void)bf16_dot;
+  // fp32 rows at batch 1: at least knob axpy_min_slots (default 2) row slots, where one
+  // slot (mostly consecutive ids, gather_slots, with knob one_slot_adjacent_pct on) would
+  // stream them alone. Same-process A/Bs
+  // (bench-operators task.variants, 4096x16384 b1 at 0% sparsity, 2026-11-26 17:19-17:22
+  // UTC, load 1.3-2.9, three runs): fp32 0.94x / 0.93x / 0.90x dense with one slot, 0.99x /
+  // 1.00x / 0.96x with two; fp16 1.01-1.03x either way; bf16 lost with two (1.04x -> 0.98x,
+  // 0.98x -> 0.88x), so 16-bit rows keep one slot.
   int slots = gather_slots(live, m, B);
   const int64_t min_slots = sizeof(WT) == sizeof(float) ? knob(kKnobAxpyMinSlots) : 1;
   if (B == 1 && slots < min_slots) slots = min_slots < kMaxSlots ? int(min_slots) : kMaxSlots;
