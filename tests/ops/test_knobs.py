@@ -111,7 +111,8 @@ def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_u
 # consecutive (knob one_slot_adjacent_pct 95) or with 4 slots, and 8 (AVX-512) or 4 where
 # they are scattered (knob wide_adjacent_pct 60 or 0).
 SLOT_SETTINGS = ({"one_slot_adjacent_pct": 95, "wide_adjacent_pct": 60},
-                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0})
+                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0},
+                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 101})  # 8 slots, dense too
 LONG_ROWS = ((97, 2085), (41, 4133))
 
 
@@ -120,12 +121,16 @@ LONG_ROWS = ((97, 2085), (41, 4133))
 def test_long_odd_rows_on_every_path_under_both_stream_loops(cpu_ops, isa, gen, dtype, loop):
     """The batch-1 row loops with the prefetch cut at the row switch (stream_loop 1) and with
     a select per line (0), on every ISA path, against float64: row, axpy (fp32: two slots
-    at least, knob axpy_min_slots) and the gated FFN."""
+    at least, knob axpy_min_slots), the gated FFN and the dense kernel, under each slot
+    rule (one slot, 4, 8)."""
     try:
         for slots, (n, k) in itertools.product(SLOT_SETTINGS, LONG_ROWS):
             cpu_ops.set_knobs({"stream_loop": loop, **slots})
             w = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
             x = torch.randn(1, k, generator=gen).to(dtype)
+            # the dense kernel follows the same slot rule, as a gather of every row
+            ref.assert_close(cpu_ops.prepare_linear()(x, w, None),
+                             ref.row(w, x, torch.arange(n)), dtype)
             half = torch.randperm(n - 1, generator=gen)[: n // 2]
             for idx in (torch.arange(n), torch.arange(0, n, 2),
                         torch.cat([half, torch.tensor([n - 1])]).sort().values):

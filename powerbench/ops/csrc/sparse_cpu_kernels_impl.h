@@ -69,7 +69,15 @@ constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 // one_slot_adjacent_pct percent (0: off, the default; 95 was): 1 slot, one stream per
 // thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
 // sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
-// percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n).
+// percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n). The dense kernel
+// (no ids) is a gather of every row, all adjacent: the same rule gives it its slots, so a
+// knob setting (e.g. wide_adjacent_pct 101: 8 slots at batch 1 everywhere) changes dense
+// and sparse alike. Not the default yet, measured 2026-11-27 00:05-00:25 UTC: 8 slots
+// everywhere met 444 of 448 batch-1 speedup targets in 14 same-process runs where the
+// default met 435 (its misses: fp32 axpy at 0-10% where the dense kernel read 44-56 GB/s),
+// and our dense kernel itself read 1-21% faster with 8 slots for fp16/bf16 (fp32 -3% to
+// +3%; three runs, the operator bench's timer, huge pages), so a switch is for both kernels
+// and needs whole-model decode before/after.
 // Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
 // sparsity, with the loop of the time (a per-line prefetch select): 12:13 UTC (load 1.5)
 // fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x; 12:34 UTC (random round order,
@@ -85,9 +93,12 @@ constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 // 20:46 UTC, 35 GB/s). So knob one_slot_adjacent_pct defaults to 0.
 inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
   const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
-  if (B != 1 || idx == nullptr || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
-  int64_t adjacent = 0;
-  for (int64_t j = 1; j < n; ++j) adjacent += idx[j] == idx[j - 1] + 1;
+  if (B != 1 || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
+  int64_t adjacent = n - 1;  // no ids (the dense kernel: rows 0..n-1): every row adjacent
+  if (idx != nullptr) {
+    adjacent = 0;
+    for (int64_t j = 1; j < n; ++j) adjacent += idx[j] == idx[j - 1] + 1;
+  }
   if (one > 0 && adjacent * 100 >= one * (n - 1)) return 1;
   if (kMaxSlots > kRowGroup && adjacent * 100 < wide * (n - 1)) return kMaxSlots;
   return kRowGroup;
