@@ -72,7 +72,7 @@ constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 // percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n). The dense kernel
 // (no ids) is a gather of every row, all adjacent: the same rule gives it its slots, so a
 // knob setting (e.g. wide_adjacent_pct 101: 8 slots at batch 1 everywhere) changes dense
-// and sparse alike. Not the default yet, measured 2026-11-27 00:05-00:25 UTC: 8 slots
+// and sparse alike. Not the default yet, measured 2026-11-27 00:03-00:15 UTC: 8 slots
 // everywhere met 444 of 448 batch-1 speedup targets in 14 same-process runs where the
 // default met 435 (its misses: fp32 axpy at 0-10% where the dense kernel read 44-56 GB/s),
 // and our dense kernel itself read 1-21% faster with 8 slots for fp16/bf16 (fp32 -3% to
