@@ -60,6 +60,10 @@ class Decoder:
     def device(self) -> torch.device:
         return self.w.device
 
+    def with_ffn(self, ffn: FFN) -> Decoder:
+        """This decoder (weights, dense projections, fused operators) around another FFN."""
+        return Decoder(self.w, ffn=ffn, linear=self.linear, fused=self.kernels is not None)
+
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         w = self.w
         return KVCache.allocate(w.n_layers, batch, w.n_kv_heads, max_len, w.head_dim,

@@ -126,7 +126,7 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
         for _ in range(max(rounds // 3, 3)):
             for name in names:
                 timed = _TimedFFN(engines[name].ffn, rows=ids.shape[0])
-                generate_timed(Decoder(engines[name].w, ffn=timed), ids, new_tokens)
+                generate_timed(engines[name].with_ffn(timed), ids, new_tokens)
                 ffn_us[name].append(timed.seconds / max(timed.calls, 1) * 1e6)
     dense_rate = statistics.median(rates["dense"])
     dense_best = max(rates["dense"])
@@ -154,40 +154,43 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
     return rows
 
 
-class KnobFFN:
-    """A sparse FFN whose calls run under one setting of the sparse_cpu kernels' run-time
-    knobs (powerbench.ops.cpu_knobs), every other knob at its default; the defaults are
-    restored after each call, so the other engines of the same run are untouched. Attention
-    and the dense projections run outside it, at the defaults. `knobs` and `defaults` are
-    every knob's value in the extension's order (`knob_vector`), checked once when built:
-    a call sets them with the extension's op alone, as bench-operators' contenders do."""
+class KnobDecoder(Decoder):
+    """A decoder whose generations run under one setting of the sparse_cpu kernels' run-time
+    knobs (powerbench.ops.cpu_knobs), every other knob at its default: every kernel call of
+    the generation (attention and output projections, the fused decode operators, the FFN)
+    sees it, and the defaults are restored after, so the other engines of the same run are
+    untouched. `knobs` and `defaults` are every knob's value in the extension's order
+    (`knob_vector`), checked once when built: a generation sets them with the extension's op
+    alone, as bench-operators' contenders do."""
 
-    def __init__(self, ffn: Any, knobs: Sequence[int], defaults: Sequence[int]) -> None:
-        self.ffn, self.knobs, self.defaults = ffn, list(knobs), list(defaults)
+    def __init__(self, base: Decoder, knobs: Sequence[int], defaults: Sequence[int]) -> None:
+        super().__init__(base.w, ffn=base.ffn, linear=base.linear,
+                         fused=base.kernels is not None)
+        self.knobs, self.defaults = list(knobs), list(defaults)
         self._set = torch.ops.powerbench_cpu.set_cpu_knobs.default
 
-    def __call__(self, layer_idx: int, x: Tensor, observer: Any = None) -> Tensor:
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
         self._set(self.knobs)
         try:
-            return self.ffn(layer_idx, x, observer)
+            return super().generate(*args, **kwargs)
         finally:
             self._set(self.defaults)
 
-    def __getattr__(self, name: str) -> Any:  # rewind, metrics, backend: the FFN's own
-        return getattr(self.ffn, name)
+    def with_ffn(self, ffn: Any) -> Decoder:
+        return KnobDecoder(super().with_ffn(ffn), self.knobs, self.defaults)
 
 
 def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, int],
                        variants: Sequence[str]) -> dict[str, Decoder]:
-    """Each sparse engine once per knob variant (``"default"``, ``"wide_adjacent_pct:0"``,
-    ...: `bench-operators`' task.variants syntax), named "<engine> [<variant>]", so a kernel
-    change made as a knob default is timed before and after in the same rounds. Every
-    variant's FFN goes through KnobFFN (the default's too: each pays the same per-call cost);
-    the dense engine runs once; each variant's predictor bytes are added to
-    `predictor_bytes` under its name. Without variants, `engines` unchanged."""
+    """Each engine once per knob variant (``"default"``, ``"wide_adjacent_pct:0"``, ...:
+    `bench-operators`' task.variants syntax), named "<engine> [<variant>]", so a kernel
+    change made as a knob default is timed before and after in the same rounds, the dense
+    kernel's included. Every variant runs as a KnobDecoder (the default's too: each pays the
+    same per-generation cost); the baseline "dense" stays the dense engine at the defaults,
+    and "dense [<variant>]" is added for every other variant; each variant's predictor bytes
+    are added to `predictor_bytes` under its name. Without variants, `engines` unchanged."""
     if not variants:
         return engines
-    from powerbench.engine.sparse import SparseFFN
     from powerbench.ops import get_backend
     from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 
@@ -196,13 +199,12 @@ def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, i
     settings = {v.strip(): knob_vector(parse_variant(v, specs), specs) for v in variants}
     out: dict[str, Decoder] = {}
     for name, dec in engines.items():
-        if not isinstance(dec.ffn, SparseFFN):
+        if name == "dense":
             out[name] = dec
-            continue
         for variant, knobs in settings.items():
-            out[f"{name} [{variant}]"] = Decoder(dec.w, ffn=KnobFFN(dec.ffn, knobs, defaults),
-                                                  linear=dec.linear,
-                                                  fused=dec.kernels is not None)
+            if name == "dense" and knobs == defaults:
+                continue
+            out[f"{name} [{variant}]"] = KnobDecoder(dec, knobs, defaults)
             predictor_bytes[f"{name} [{variant}]"] = predictor_bytes.get(name, 0)
     return out
 

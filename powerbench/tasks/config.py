@@ -86,8 +86,9 @@ class BenchDecodeTask:
     # also time the dense decoder with every projection in F.linear (engine "dense F.linear",
     # synthetic only), beside the default dense kernel (powerbench.engine.linear)
     torch_linear_baseline: bool = False
-    # sparse_cpu knob settings, each sparse engine timed once per setting in the same rounds
-    # (bench-operators' syntax: [default,wide_adjacent_pct:0]; measure.decode_bench.KnobFFN)
+    # sparse_cpu knob settings, each engine timed once per setting in the same rounds, every
+    # kernel call of its generations under it (bench-operators' syntax:
+    # [default,wide_adjacent_pct:0]; measure.decode_bench.KnobDecoder)
     variants: list[str] | None = None
 
 

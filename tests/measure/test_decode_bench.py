@@ -73,9 +73,13 @@ def test_ffn_timing_skips_prompt_calls():
     assert timed.calls == 1
 
 
-def test_knob_variants_time_each_sparse_engine_under_its_setting(weights, monkeypatch):
-    """Each sparse engine once per knob variant, in the same rounds; its FFN calls see that
-    setting and every later call the defaults; the dense engine once."""
+def test_knob_variants_time_each_engine_under_its_setting(weights, monkeypatch):
+    """Each engine once per knob variant, in the same rounds (the dense baseline at the
+    defaults, plus the dense engine under every other variant): every kernel call of a
+    variant's generation, the dense projections' as the FFN's, sees that setting, and every
+    later call the defaults."""
+    import torch.nn.functional as F
+
     from powerbench.measure.decode_bench import with_knob_variants
     from powerbench.ops import get_backend
 
@@ -84,23 +88,30 @@ def test_knob_variants_time_each_sparse_engine_under_its_setting(weights, monkey
     except Exception as err:  # no compiler here
         pytest.skip(f"sparse_cpu unavailable: {err}")
     defaults = ops.knobs()
-    seen = []
+    seen: dict[str, set[int]] = {"ffn": set(), "linear": set()}
 
     class Recording(SparseFFN):
         def __call__(self, layer_idx, x, observer=None):
-            seen.append(ops.knobs()["wide_adjacent_pct"])
+            seen["ffn"].add(ops.knobs()["wide_adjacent_pct"])
             return super().__call__(layer_idx, x, observer)
 
-    dense = Decoder(weights)
+    def linear(x, w, bias=None):
+        seen["linear"].add(ops.knobs()["wide_adjacent_pct"])
+        return F.linear(x, w, bias)
+
+    dense = Decoder(weights, linear=linear)
     sparse = Decoder(weights, ffn=Recording(weights, "sparse_cpu", FirstHalf(128)))
     pbytes = {"half": 64}
     engines = with_knob_variants({"dense": dense, "half": sparse}, pbytes,
                                  ["default", "wide_adjacent_pct:7"])
-    assert list(engines) == ["dense", "half [default]", "half [wide_adjacent_pct:7]"]
+    assert list(engines) == ["dense", "dense [wide_adjacent_pct:7]", "half [default]",
+                             "half [wide_adjacent_pct:7]"]
     assert pbytes["half [wide_adjacent_pct:7]"] == 64
     ids = torch.randint(0, 101, (1, 6))
     rows = run_decode_bench(ids, engines, pbytes, rounds=2, new_tokens=4, threads=1)
-    assert [r.predictor for r in rows] == ["none", "half [default]", "half [wide_adjacent_pct:7]"]
-    assert set(seen) == {defaults["wide_adjacent_pct"], 7}
+    assert [r.predictor for r in rows] == ["none", "dense [wide_adjacent_pct:7]",
+                                           "half [default]", "half [wide_adjacent_pct:7]"]
+    assert seen == {"ffn": {defaults["wide_adjacent_pct"], 7},
+                    "linear": {defaults["wide_adjacent_pct"], 7}}
     assert ops.knobs() == defaults
     assert with_knob_variants({"dense": dense}, {}, []) == {"dense": dense}
