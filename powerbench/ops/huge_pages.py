@@ -116,7 +116,8 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
     if huge >= end - start:  # all of it on huge pages: a refused advice cost nothing
         return HugePages(nbytes, huge)
     if not reasons:
-        reasons.append(f"{(end - start - huge) >> 20} MiB of the aligned range not on huge pages")
+        reasons.append(f"{(end - start - huge) >> 10} KiB of the aligned range's "
+                       f"{(end - start) >> 10} KiB not on huge pages")
     return HugePages(nbytes, huge, "; ".join(reasons))
 
 
