@@ -109,7 +109,8 @@ def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_u
 # are odd and not multiples of any vector width. Ids: all rows, the even rows and a random
 # half, each including the last row, read with one slot per thread where the ids are
 # consecutive (knob one_slot_adjacent_pct 95) or with 4 slots, and 8 (AVX-512) or 4 where
-# they are scattered (knob wide_adjacent_pct 60 or 0).
+# they are scattered (knob wide_adjacent_pct 60 or 0), or 8 for every gather and the dense
+# kernel (101, the default).
 SLOT_SETTINGS = ({"one_slot_adjacent_pct": 95, "wide_adjacent_pct": 60},
                  {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0},
                  {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 101})  # 8 slots, dense too

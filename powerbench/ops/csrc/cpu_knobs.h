@@ -20,7 +20,7 @@ enum Knob : int {
   kKnobHeadPrefetch,       // 1: a chunk's first rows have their first lines prefetched at once
   kKnobWakeAheadUs,        // a sleeping helper wakes this long before the next job is due (0: off)
   kKnobWakeAheadPct,       // ... or this percentage of the predicted gap, if longer (0: off)
-  kKnobWideAdjacentPct,    // batch 1: 2x row slots where < this % of ids follow their predecessor
+  kKnobWideAdjacentPct,    // batch 1: 2x row slots where < this % of ids follow their predecessor (101: all)
   kKnobOneSlotAdjacentPct, // batch 1: one row slot where >= this % of ids do (0: off)
   kKnobStreamLoop,         // 1: row loops prefetch without a per-line select (RowStreams::loop)
   kKnobAxpyMinSlots,       // batch-1 axpy of fp32 rows: at least this many row slots per thread
@@ -43,7 +43,7 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"head_prefetch", 0, 0, 1},
     {"wake_ahead_us", 200, 0, 100000},
     {"wake_ahead_pct", 0, 0, 90},
-    {"wide_adjacent_pct", 60, 0, 101},
+    {"wide_adjacent_pct", 101, 0, 101},
     {"one_slot_adjacent_pct", 0, 0, 100},
     {"stream_loop", 1, 0, 1},
     {"axpy_min_slots", 2, 1, 8},

@@ -61,23 +61,30 @@ constexpr int64_t kShortRowBytes = 4096;  // shorter rows prefetch the next rows
 // 96 (run, cell) pairs of fp16/bf16/fp32 x 4 ops x 50%/90% sparsity (fp16 50%: row
 // 1.82-1.99x -> 1.89-2.21x dense, ffn_relu 1.77-1.99x -> 1.97-2.10x; bf16 90% axpy 7.5-8.6x
 // -> 8.8-9.4x), fp32 axpy at 50% even (1.90-2.00x vs 1.90-1.97x). So knob wide_adjacent_pct
-// defaults to 60: 8 slots from about 40% sparsity on (at 10% sparsity about 90% of the ids
-// are adjacent: 4 slots, where 8 were mixed, fp32 axpy 1.09x -> 1.07x).
+// was 60: 8 slots from about 40% sparsity on (at 10% sparsity about 90% of the ids are
+// adjacent: 4 slots, where 8 were mixed in that spell, fp32 axpy 1.09x -> 1.07x). It is
+// now 101, 8 slots for every batch-1 gather and for the dense kernel too (see
+// gather_slots for the A/Bs).
 constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 
 // Row slots of a batch-1 gather from how many ids are their predecessor + 1: at least knob
 // one_slot_adjacent_pct percent (0: off, the default; 95 was): 1 slot, one stream per
 // thread prefetched kRowGroup times as far (the gather probe's merged runs read 0%
 // sparsity at 52-53 GB/s where 4 slots read 46-50); fewer than knob wide_adjacent_pct
-// percent (default 60, see kMaxSlots) kMaxSlots; else kRowGroup. O(n). The dense kernel
-// (no ids) is a gather of every row, all adjacent: the same rule gives it its slots, so a
-// knob setting (e.g. wide_adjacent_pct 101: 8 slots at batch 1 everywhere) changes dense
-// and sparse alike. Not the default yet, measured 2026-11-27 00:03-00:15 UTC: 8 slots
-// everywhere met 444 of 448 batch-1 speedup targets in 14 same-process runs where the
-// default met 435 (its misses: fp32 axpy at 0-10% where the dense kernel read 44-56 GB/s),
-// and our dense kernel itself read 1-21% faster with 8 slots for fp16/bf16 (fp32 -3% to
-// +3%; three runs, the operator bench's timer, huge pages), so a switch is for both kernels
-// and needs whole-model decode before/after.
+// percent (default 101: always, see below; 60 was) kMaxSlots; else kRowGroup. O(n) when
+// a rule needs the count. The dense kernel (no ids) is a gather of every row, all
+// adjacent: the same rule gives it its slots, so a knob setting changes dense and sparse
+// alike. 8 slots everywhere (wide_adjacent_pct 101) against 60, 2026-11-27 00:03-00:45 UTC:
+//  - 14 same-process bench-operators runs of the batch-1 target grid (fp32/fp16, 4 ops,
+//    0/10/50/90%): 444 of 448 speedup targets met against 435 (60's misses: mostly fp32
+//    axpy at 0-10% where the dense kernel read 44-56 GB/s: 0.84-0.91x at 0%), GB/s share
+//    >= 95% in 326 of 336 cells against 318;
+//  - our dense kernel itself, the operator bench's timer, huge pages, three runs: fp16
+//    +3-7%, bf16 +4-21%, fp32 -3% to +3%;
+//  - whole-model decode in the same rounds (bench-decode task.variants, every kernel
+//    call under the setting): OPT-6.7B shape (8 layers, 2 threads) dense 9.07 -> 10.23
+//    tok/s, sparse 23.2 -> 27.0; SmolLM2-135M dense 21.7 -> 21.4, sparse 34.6 -> 34.7
+//    (within the rounds' spread).
 // Same-process A/Bs (bench-operators task.variants, 4096x16384 b1) of one slot vs 4 at 0%
 // sparsity, with the loop of the time (a per-line prefetch select): 12:13 UTC (load 1.5)
 // fp16 row 0.85x -> 0.93x dense, ffn_gated 0.93x -> 1.05x; 12:34 UTC (random round order,
@@ -94,6 +101,7 @@ constexpr int kMaxSlots = kW >= 16 ? 2 * kRowGroup : kRowGroup;
 inline int gather_slots(const int64_t* idx, int64_t n, int64_t B) {
   const int64_t wide = knob(kKnobWideAdjacentPct), one = knob(kKnobOneSlotAdjacentPct);
   if (B != 1 || n < 2 || (wide == 0 && one == 0)) return kRowGroup;
+  if (one == 0 && wide > 100) return kMaxSlots;  // every gather (the default)
   int64_t adjacent = n - 1;  // no ids (the dense kernel: rows 0..n-1): every row adjacent
   if (idx != nullptr) {
     adjacent = 0;
