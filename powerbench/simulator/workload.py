@@ -102,6 +102,25 @@ def _moe_routed(union: np.ndarray, n_experts: int) -> np.ndarray:
     return np.repeat(routed, n // n_experts, axis=1)
 
 
+def _dense_counts(spec: ModelSpec, union: np.ndarray | None, gpu: np.ndarray,
+                  packed_gpu: np.ndarray, n_passes: int,
+                  rows: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """(on GPU, on CPU) neurons a dense pass computes: every neuron, or for MoE every
+    neuron of the routed experts (those with an active neuron in the pass's bit-packed
+    `union`, or without traces the expected share of experts `rows` tokens route to)."""
+    experts = max(spec.n_experts, 1)
+    if experts == 1:
+        gpu_total = float(gpu.sum())
+        return gpu_total, float(gpu.size) - gpu_total
+    if union is not None:
+        routed = _moe_routed(unpack_masks(union, gpu.size), experts)
+        return _side_counts(pack_masks(routed), packed_gpu)
+    share = 1.0 - (1.0 - spec.experts_per_token / experts) ** rows
+    dense = np.full((n_passes, gpu.size), share)
+    on_gpu = dense[:, gpu].sum(axis=1)
+    return on_gpu, dense.sum(axis=1) - on_gpu
+
+
 def _side_counts(packed: np.ndarray, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(on GPU, on CPU) counts of a mask's rows, bit-packed as `pack_masks` packs them
     (uint8 [G, ceil(N / 8)]; `gpu`: bit-packed [ceil(N / 8)]): population counts, 5x
@@ -144,7 +163,6 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
     gpu_act, cpu_act = np.zeros(shape), np.zeros(shape)
     gpu_cmp, cpu_cmp = np.zeros(shape), np.zeros(shape)
     gpu_tok, cpu_tok = np.zeros(shape), np.zeros(shape)  # (neuron, row) pairs active
-    experts = max(spec.n_experts, 1)
     for index, layer in enumerate(profile.layers):
         gpu = placement.gpu_mask(index)
         gpu_total = float(gpu.sum())
@@ -163,27 +181,16 @@ def ffn_work(spec: ModelSpec, profile: ActivationProfile, placement: Placement,
             per_token_gpu, per_token_cpu = _side_counts(layer.trace, packed_gpu)
             gpu_tok[:, index] = per_token_gpu[groups].sum(axis=1)
             cpu_tok[:, index] = per_token_cpu[groups].sum(axis=1)
-            dense = (_moe_routed(unpack_masks(union, gpu.size), experts) if experts > 1
-                     else None)
         else:  # expectation over independent tokens
+            union = None
             hit = union_fraction(p, rows, rho)
             gpu_act[:, index] = hit[gpu].sum()
             cpu_act[:, index] = hit.sum() - hit[gpu].sum()
             gpu_tok[:, index] = rows * p[gpu].sum()
             cpu_tok[:, index] = rows * (p.sum() - p[gpu].sum())
-            dense = None
-            if experts > 1:
-                share = 1.0 - (1.0 - spec.experts_per_token / experts) ** rows
-                dense = np.full((n_passes, gpu.size), share)
         if mode is ComputeMode.dense:
-            if dense is None:
-                gpu_cmp[:, index], cpu_cmp[:, index] = gpu_total, cpu_total
-            elif dense.dtype == bool:
-                gpu_cmp[:, index], cpu_cmp[:, index] = _side_counts(pack_masks(dense),
-                                                                    packed_gpu)
-            else:
-                gpu_cmp[:, index] = dense[:, gpu].sum(axis=1)
-                cpu_cmp[:, index] = dense.sum(axis=1) - gpu_cmp[:, index]
+            gpu_cmp[:, index], cpu_cmp[:, index] = _dense_counts(
+                spec, union, gpu, packed_gpu, n_passes, rows)
         else:
             gpu_cmp[:, index] = np.minimum(gpu_act[:, index] * ratio[index], gpu_total)
             cpu_cmp[:, index] = np.minimum(cpu_act[:, index] * ratio[index], cpu_total)
