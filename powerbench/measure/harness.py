@@ -15,7 +15,8 @@ the measuring, the same way for every benchmark:
   (`<report>.md`: date, machine, the command that made it, the table) and the study's
   index (`README.md`); nothing is written into `results/` otherwise.
 - `finished_before` / `mark_finished`: a benchmark job whose resolved config finished
-  before is skipped, as `powerbench run` skips finished jobs (`rerun=true` runs it again).
+  before, measured with the same package sources, is skipped, as `powerbench run` skips
+  finished jobs (`rerun=true` runs it again); a change to the sources measures it again.
 """
 
 from __future__ import annotations
@@ -298,13 +299,21 @@ def draw_figure(report: Report, png: Path) -> Path:
 
 
 def finished_before(cfg: Any) -> str | None:
-    """Where a finished earlier run of this exact job left its results (None: run it)."""
+    """Where a finished earlier run of this exact job, measured with the same sources,
+    left its results (None: run it). A measurement of other code is not reused."""
     if getattr(cfg, "rerun", False):
         return None
     from powerbench.tracking.jobs import JobLedger
+    from powerbench.tracking.provenance import sources_fingerprint
 
     done = JobLedger(cfg).finished_locally()
-    return done["metrics"] if done else None
+    if done is None:
+        return None
+    if done.get("sources") != sources_fingerprint():
+        print(f"measuring again: job {done['job_id']} finished before ({done['metrics']}) "
+              "with other sources of the package")
+        return None
+    return done["metrics"]
 
 
 def mark_finished(cfg: Any, result_file: Path, run_id: str | None = None) -> None:

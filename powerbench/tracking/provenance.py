@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
+from pathlib import Path
 
 from powerbench.hardware.facts import cpu_model
 from powerbench.paths import repo_root
+
+SOURCE_SUFFIXES = (".py", ".h", ".cpp", ".cu", ".cuh")
 
 
 def git_sha() -> str:
@@ -22,6 +26,18 @@ def git_sha() -> str:
         return sha + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def sources_fingerprint(package: Path | None = None) -> str:
+    """Hash of the package's own source files (Python, C++ and CUDA), committed or not:
+    what a measurement runs. Docs, results and configs outside the package leave it alone,
+    unlike `git_sha`. `package`: another source tree (default: powerbench's)."""
+    package = package or Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in SOURCE_SUFFIXES):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\x00")
+        digest.update(path.read_bytes() + b"\x00")
+    return digest.hexdigest()[:16]
 
 
 def machine_tags() -> dict[str, str]:

@@ -121,3 +121,39 @@ def test_run_benchmark_publishes_and_skips_a_finished_job(tmp_path, monkeypatch,
     assert "skipped: this job finished before" in capsys.readouterr().out
     run_benchmark(_Cfg(cache_dir=cfg.cache_dir, rerun=True), tmp_path / "run3", measure)
     assert len(measured) == 2
+
+
+def test_run_benchmark_measures_again_when_the_sources_changed(tmp_path, monkeypatch,
+                                                                capsys):
+    import powerbench.tracking.jobs
+
+    monkeypatch.setattr(powerbench.tracking.jobs, "job_identity", lambda cfg: "job-probe")
+    monkeypatch.setattr(powerbench.tracking.jobs, "sources_fingerprint", lambda: "old")
+    measured = []
+
+    def measure():
+        measured.append(1)
+        return _report()
+
+    cfg = _Cfg(cache_dir=str(tmp_path / "cache"))
+    run_benchmark(cfg, tmp_path / "run", measure)
+    entry = json.loads((tmp_path / "cache" / "jobs" / "job-probe.json").read_text())
+    assert entry["sources"] == "old"
+    run_benchmark(cfg, tmp_path / "run2", measure)  # the real sources differ from "old"
+    assert len(measured) == 2
+    assert "measuring again: job job-probe finished before" in capsys.readouterr().out
+
+
+def test_sources_fingerprint_follows_the_package_sources(tmp_path):
+    from powerbench.tracking.provenance import sources_fingerprint
+
+    (tmp_path / "ops").mkdir()
+    kernel, readme = tmp_path / "ops" / "kernel.h", tmp_path / "ops" / "README.md"
+    kernel.write_text("int x;")
+    readme.write_text("notes")
+    first = sources_fingerprint(tmp_path)
+    readme.write_text("other notes")  # not a source
+    assert sources_fingerprint(tmp_path) == first
+    kernel.write_text("int y;")
+    assert sources_fingerprint(tmp_path) != first
+    assert len(sources_fingerprint()) == 16  # the package's own
