@@ -2,12 +2,13 @@
 
 A job is identified by the hash of its resolved config (`rerun` left out); the code
 version and the package's sources fingerprint are recorded beside it, not in it (a
-measured benchmark runs again when the sources changed: powerbench.measure.harness). A finished job leaves a ledger entry
-`<cache>/jobs/<job_id>.json` pointing at its `metrics.json`, and its MLflow run carries the
-tag `powerbench.job_id`. A re-run of the same sweep skips a job whose entry and metrics
-file are complete, or whose MLflow run is FINISHED; failed and killed jobs run again;
-`rerun=true` (`powerbench --force ...`) runs everything. In a multirun each job also drops
-a marker in `<sweep dir>/.jobs/` so the sweep callback can say how many were skipped.
+measured benchmark runs again when the sources changed: powerbench.measure.harness). A
+finished job leaves a ledger entry `<cache>/jobs/<job_id>.json` pointing at its
+`metrics.json`, and its MLflow run carries the tag `powerbench.job_id`. A re-run of the
+same sweep skips a job whose entry and metrics file are complete, or whose MLflow run is
+FINISHED; failed and killed jobs run again; `rerun=true` (`powerbench --force ...`) runs
+everything. In a multirun each job also drops a marker in `<sweep dir>/.jobs/` so the
+sweep callback can say how many were skipped.
 """
 
 from __future__ import annotations
