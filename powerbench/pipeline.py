@@ -62,7 +62,10 @@ def timed(ctx: RunContext, stage: str, fn: Callable[[], Any]) -> Any:
 
 
 def guarded(ctx: RunContext, loaded, stage: str, fn: Callable[[], Any]) -> Any:
-    """`timed`, with the model's layer outputs checked for NaN/inf (powerbench.model.guard)."""
+    """`timed`, with the model's layer outputs checked for NaN/inf (powerbench.model.guard;
+    a shape-only model has none to check, and runs without torch)."""
+    if not loaded.has_weights:
+        return timed(ctx, stage, fn)
     from powerbench.model.guard import finite_guard
 
     with finite_guard(loaded.model, stage):

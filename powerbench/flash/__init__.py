@@ -14,20 +14,30 @@ Its benchmarks live in the measurement layer (`powerbench.measure.flash_*`: the 
 benchmark against the in-DRAM `SparseFFN`, the model larger than its memory cap against
 llama.cpp's mmap, the unit costs, the lookahead recall).
 
-Needs torch and numpy only.
+Needs torch and numpy only; every name loads on first use, so the config schema
+(`flash.config`) imports without torch.
 """
 
-from powerbench.flash.ffn import FlashFFN
-from powerbench.flash.layout import LayoutError, LayoutGeometry, LayoutHeader
-from powerbench.flash.layout_io import ensure_layout, open_layout, read_layout, write_layout
-from powerbench.flash.read_plan import aligned_buffer
-from powerbench.flash.reader import DirectReader
-from powerbench.solver.neuron_cache import (
-    CacheStats,
-    SegmentedNeuronCache,
-    SegmentPlan,
-    plan_segments,
-)
+from powerbench.build import lazy_attributes
+
+_LAZY = {
+    "FlashFFN": "powerbench.flash.ffn",
+    "LayoutError": "powerbench.flash.layout",
+    "LayoutGeometry": "powerbench.flash.layout",
+    "LayoutHeader": "powerbench.flash.layout",
+    "ensure_layout": "powerbench.flash.layout_io",
+    "open_layout": "powerbench.flash.layout_io",
+    "read_layout": "powerbench.flash.layout_io",
+    "write_layout": "powerbench.flash.layout_io",
+    "aligned_buffer": "powerbench.flash.read_plan",
+    "DirectReader": "powerbench.flash.reader",
+    "CacheStats": "powerbench.solver.neuron_cache",
+    "SegmentedNeuronCache": "powerbench.solver.neuron_cache",
+    "SegmentPlan": "powerbench.solver.neuron_cache",
+    "plan_segments": "powerbench.solver.neuron_cache",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "CacheStats",

@@ -7,20 +7,31 @@ read as one contiguous weight row, behind one interface with three backends.
 
 See :mod:`powerbench.ops.interface` for the conventions (layouts, union active set,
 dtypes) and :mod:`powerbench.ops.weights` to prepare HF weights once.
-Importing this package needs torch only; extensions are built on first use.
+Every name loads on first use (torch then; the extensions on their first call), so the
+registry's backend names import without torch.
 """
 
-from powerbench.ops.errors import BackendUnavailable, CpuIsaError
-from powerbench.ops.interface import Active, SparseOps, Threshold
-from powerbench.ops.registry import BACKENDS, available_backends, clear_cache, get_backend
-from powerbench.ops.weights import (
-    GATED_KINDS,
-    GatedFFNWeights,
-    PredictorWeights,
-    ReluFFNWeights,
-    prepare_gated_ffn,
-    prepare_relu_ffn,
-)
+from powerbench.build import lazy_attributes
+
+_LAZY = {
+    "BackendUnavailable": "powerbench.ops.errors",
+    "CpuIsaError": "powerbench.ops.errors",
+    "Active": "powerbench.ops.interface",
+    "SparseOps": "powerbench.ops.interface",
+    "Threshold": "powerbench.ops.interface",
+    "BACKENDS": "powerbench.ops.registry",
+    "available_backends": "powerbench.ops.registry",
+    "clear_cache": "powerbench.ops.registry",
+    "get_backend": "powerbench.ops.registry",
+    "GATED_KINDS": "powerbench.ops.weights",
+    "GatedFFNWeights": "powerbench.ops.weights",
+    "PredictorWeights": "powerbench.ops.weights",
+    "ReluFFNWeights": "powerbench.ops.weights",
+    "prepare_gated_ffn": "powerbench.ops.weights",
+    "prepare_relu_ffn": "powerbench.ops.weights",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "BACKENDS",

@@ -6,9 +6,12 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from powerbench.ops.errors import BackendUnavailable, CpuIsaError, summarize
-from powerbench.ops.interface import SparseOps
+
+if TYPE_CHECKING:  # each backend imports torch when it is built, not the registry
+    from powerbench.ops.interface import SparseOps
 
 
 def _torch() -> SparseOps:
@@ -72,7 +75,7 @@ def get_backend(name: str, *, fallback: bool = True) -> SparseOps:
     current: str | None = name
     while current is not None:
         made = _create(current)
-        if isinstance(made, SparseOps):
+        if not isinstance(made, BackendUnavailable):
             if reasons:
                 warnings.warn(
                     f"sparse backend {name!r} unavailable ({'; '.join(reasons)}); "
@@ -90,4 +93,4 @@ def get_backend(name: str, *, fallback: bool = True) -> SparseOps:
 
 def available_backends() -> list[str]:
     """Names of the backends that can run here (builds extensions if needed)."""
-    return [name for name in BACKENDS if isinstance(_create(name), SparseOps)]
+    return [name for name in BACKENDS if not isinstance(_create(name), BackendUnavailable)]

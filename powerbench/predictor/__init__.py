@@ -1,22 +1,22 @@
 """Activation predictors: per-layer active-neuron predictors, their sizing strategies
 (fixed / adaptive / oracle / none), training, thresholds and statistics.
 
-Importing this package needs torch only (the engine's constraint); the config-driven
-builders (`build_predictors`, `predictor_report`, `strategy_metrics`) load lazily.
+Its names need torch only (the engine's constraint) and load on first use, so the config
+schema (`predictor.config`) and the statistics import without torch.
 """
 
 from powerbench.build import lazy_attributes
-from powerbench.predictor.model import LayerPredictor
-from powerbench.predictor.oracle import OraclePredictorSet
-from powerbench.predictor.predictor_set import (
-    ActivePredictor,
-    ModelShape,
-    PredictorBase,
-    PredictorSet,
-)
-from powerbench.predictor.stats import LayerPredictorStats, overall_metrics, write_stats_csv
 
 _LAZY = {
+    "LayerPredictor": "powerbench.predictor.model",
+    "OraclePredictorSet": "powerbench.predictor.oracle",
+    "ActivePredictor": "powerbench.predictor.predictor_set",
+    "ModelShape": "powerbench.predictor.predictor_set",
+    "PredictorBase": "powerbench.predictor.predictor_set",
+    "PredictorSet": "powerbench.predictor.predictor_set",
+    "LayerPredictorStats": "powerbench.predictor.stats",
+    "overall_metrics": "powerbench.predictor.stats",
+    "write_stats_csv": "powerbench.predictor.stats",
     "build_predictors": "powerbench.predictor.cached_predictors",
     "predictor_cache_key": "powerbench.predictor.cached_predictors",
     "predictor_report": "powerbench.predictor.cached_predictors",

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # the functions take tensors; Confusion alone imports without torch
+    from torch import Tensor
 
 
 def threshold_for_recall(logits: Tensor, mask: Tensor, target: float, z: float = 0.0) -> float:
@@ -49,7 +50,7 @@ def _quantile_threshold(logits: Tensor, mask: Tensor, target: float) -> float:
         return math.inf
     allowed_misses = int(math.floor((1.0 - target) * positive.numel() + 1e-9))
     allowed_misses = min(allowed_misses, positive.numel() - 1)
-    return float(torch.kthvalue(positive, allowed_misses + 1).values)
+    return float(positive.kthvalue(allowed_misses + 1).values)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from powerbench.profiling.activation_profile import (
 )
 
 _STORE = "powerbench.profiling.store"
-__getattr__ = lazy_attributes(__name__, {
+_LAZY = {
     "profile_model": "powerbench.profiling.profiler", "load_or_profile": _STORE,
     "load_profile": _STORE, "save_profile": _STORE,
     "synthetic_profile": "powerbench.profiling.synthetic",
-})
+}
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "ActivationProfile",

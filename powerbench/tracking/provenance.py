@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 from powerbench.hardware.facts import cpu_model
@@ -48,12 +50,29 @@ def machine_tags() -> dict[str, str]:
         "host_platform": platform.platform(),
         "python": platform.python_version(),
     }
-    try:
-        import torch
+    return {**tags, **torch_tags()}
 
-        tags["torch"] = torch.__version__
-        tags["host_gpu"] = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                            else "none")
-    except ImportError:
-        pass
-    return tags
+
+def torch_tags() -> dict[str, str]:
+    """torch's version and the host's GPU. Without importing torch where the run has not
+    (a simulated run never needs it, and the import costs ~1.4 s): the version from the
+    package metadata, the GPU from the NVIDIA driver (`driver_gpu`)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+        return {"torch": torch.__version__, "host_gpu": gpu}
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    return {"torch": version, "host_gpu": driver_gpu()}
+
+
+def driver_gpu(root: Path = Path("/proc/driver/nvidia/gpus")) -> str:
+    """The first NVIDIA GPU's model as the driver names it ("none" without one)."""
+    for info in sorted(root.glob("*/information")):
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model" and value.strip():
+                return value.strip()
+    return "none"
