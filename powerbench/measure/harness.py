@@ -318,8 +318,10 @@ def finished_before(cfg: Any) -> str | None:
 
 def mark_finished(cfg: Any, result_file: Path, run_id: str | None = None) -> None:
     from powerbench.tracking.jobs import JobLedger
+    from powerbench.tracking.provenance import sources_fingerprint
 
-    JobLedger(cfg).mark_finished(result_file.parent, run_id, result_file.name)
+    JobLedger(cfg).mark_finished(result_file.parent, run_id, result_file.name,
+                                 sources=sources_fingerprint())
 
 
 def run_benchmark(cfg: Any, out_dir: Path, measure: Callable[[], Report | list[Report]],

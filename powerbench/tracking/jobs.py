@@ -1,8 +1,8 @@
 """Resumable sweeps: a job's stable identity, and whether it finished before.
 
 A job is identified by the hash of its resolved config (`rerun` left out); the code
-version and the package's sources fingerprint are recorded beside it, not in it (a
-measured benchmark runs again when the sources changed: powerbench.measure.harness). A
+version is recorded beside it, not in it (a measured benchmark also records the package's
+sources fingerprint, and runs again when they changed: powerbench.measure.harness). A
 finished job leaves a ledger entry `<cache>/jobs/<job_id>.json` pointing at its
 `metrics.json`, and its MLflow run carries the tag `powerbench.job_id`. A re-run of the
 same sweep skips a job whose entry and metrics file are complete, or whose MLflow run is
@@ -21,7 +21,7 @@ from typing import Any
 
 from powerbench.cache import stable_hash
 from powerbench.paths import cache_dir
-from powerbench.tracking.provenance import git_sha, sources_fingerprint
+from powerbench.tracking.provenance import git_sha
 
 JOB_TAG = "powerbench.job_id"
 MARKERS = ".jobs"
@@ -64,12 +64,13 @@ class JobLedger:
         return runs[0].info.run_id if runs else None
 
     def mark_finished(self, out_dir: Path, run_id: str | None,
-                      metrics_file: str = "metrics.json") -> None:
+                      metrics_file: str = "metrics.json", **extra: str) -> None:
+        """Write the FINISHED entry; `extra`: more fields its reader compares (the
+        measurement harness: `sources`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         entry = {"status": "FINISHED", "job_id": self.job_id, "run_id": run_id,
                  "metrics": str(out_dir / metrics_file), "code_version": git_sha(),
-                 "sources": sources_fingerprint(),
-                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                 **extra, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(entry, indent=1))
         tmp.replace(self.path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -10,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from powerbench.cache import stable_hash
 from powerbench.hardware.facts import cpu_model
 from powerbench.paths import repo_root
 
@@ -35,11 +35,9 @@ def sources_fingerprint(package: Path | None = None) -> str:
     what a measurement runs. Docs, results and configs outside the package leave it alone,
     unlike `git_sha`. `package`: another source tree (default: powerbench's)."""
     package = package or Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.suffix in SOURCE_SUFFIXES):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\x00")
-        digest.update(path.read_bytes() + b"\x00")
-    return digest.hexdigest()[:16]
+    paths = sorted(p for p in package.rglob("*") if p.suffix in SOURCE_SUFFIXES)
+    return stable_hash(*(part for p in paths
+                         for part in (p.relative_to(package).as_posix(), p.read_bytes())))
 
 
 def machine_tags() -> dict[str, str]:

@@ -126,9 +126,11 @@ def test_run_benchmark_publishes_and_skips_a_finished_job(tmp_path, monkeypatch,
 def test_run_benchmark_measures_again_when_the_sources_changed(tmp_path, monkeypatch,
                                                                 capsys):
     import powerbench.tracking.jobs
+    import powerbench.tracking.provenance
 
     monkeypatch.setattr(powerbench.tracking.jobs, "job_identity", lambda cfg: "job-probe")
-    monkeypatch.setattr(powerbench.tracking.jobs, "sources_fingerprint", lambda: "old")
+    real = powerbench.tracking.provenance.sources_fingerprint
+    monkeypatch.setattr(powerbench.tracking.provenance, "sources_fingerprint", lambda: "old")
     measured = []
 
     def measure():
@@ -139,6 +141,7 @@ def test_run_benchmark_measures_again_when_the_sources_changed(tmp_path, monkeyp
     run_benchmark(cfg, tmp_path / "run", measure)
     entry = json.loads((tmp_path / "cache" / "jobs" / "job-probe.json").read_text())
     assert entry["sources"] == "old"
+    monkeypatch.setattr(powerbench.tracking.provenance, "sources_fingerprint", real)
     run_benchmark(cfg, tmp_path / "run2", measure)  # the real sources differ from "old"
     assert len(measured) == 2
     assert "measuring again: job job-probe finished before" in capsys.readouterr().out
