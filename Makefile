@@ -26,10 +26,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/powerbench tour $(ARGS)
 
+# Test workers: one per core, at most 4 (each imports torch; the slow tests start
+# processes of their own). 2 cores, 2026-11-27: 679 s in one process, 415 s in two.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP)
 	$(OFFLINE) $(VENV)/bin/ruff check powerbench tests experiments
-	# --durations: the slowest tests, so a suite drifting past its ~10 min budget shows where
-	$(OFFLINE) $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
+	# --durations: the slowest tests, so a suite drifting past its ~10 min budget shows where;
+	# --dist loadfile: a test file's tests share one worker (and its module fixtures)
+	$(OFFLINE) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 # A shared MLflow server on PostgreSQL (Debian's postgresql, installed when missing), on
 # loopback port 5000 with PostgreSQL on 5433; data in .cache/mlflow-server. Ctrl-C stops it.
