@@ -39,6 +39,28 @@ class LoadedModel:
     def has_weights(self) -> bool:
         return self.model is not None
 
+    def fingerprint(self) -> str:
+        """What identifies these weights in cache keys: `weights_hash` where the loader set
+        one, `shape:<name>` for a shape-only model, else a SHA-256 of every parameter and
+        buffer (name, dtype, shape, bytes) and the tokenizer's name and vocabulary size."""
+        if self.weights_hash:
+            return str(self.weights_hash)
+        if self.model is None:
+            return f"shape:{self.spec.name}"
+        import hashlib
+
+        import torch
+
+        h = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            t = tensor.detach().cpu().contiguous().reshape(-1)
+            h.update(f"{name}:{t.dtype}:{tuple(tensor.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+        tok = self.tokenizer
+        h.update(f"{type(tok).__name__}:{getattr(tok, 'name_or_path', '')}:"
+                 f"{getattr(tok, 'vocab_size', '')}".encode())
+        return "sha256:" + h.hexdigest()
+
 
 def stats_from_config(cfg: ModelConfig) -> SparsityStats | None:
     return None if cfg.stats is None else SparsityStats(**dataclasses.asdict(cfg.stats))

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from powerbench.build import build
 from powerbench.cache import ArtifactCache, stable_hash
@@ -32,19 +31,6 @@ CODE_VERSION = "predictors-1"
 def make_strategy(cfg: Any) -> Any:
     """The sizing strategy named by `cfg._target_`, built from the typed `cfg`."""
     return build(cfg)
-
-
-def model_identity(loaded) -> str:
-    """The loaded model's weights hash, or a hash of its parameters when it has none."""
-    if loaded.weights_hash:
-        return str(loaded.weights_hash)
-    if loaded.model is None:
-        return f"shape:{loaded.spec.name}"
-    h = hashlib.sha256()
-    for name, tensor in sorted(loaded.model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return "params:" + h.hexdigest()[:16]
 
 
 def profile_identity(profile: ActivationProfile) -> str:
@@ -70,7 +56,7 @@ def predictor_cache_key(loaded, profile: ActivationProfile, strategy: Any,
         ppl_key = getattr(evaluate_ppl, "cache_key", None)
         if ppl_key is None:
             return None
-    return stable_hash(CODE_VERSION, model_identity(loaded), profile_identity(profile),
+    return stable_hash(CODE_VERSION, loaded.fingerprint(), profile_identity(profile),
                        asdict(strategy.cfg), ppl_key)
 
 

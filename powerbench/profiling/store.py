@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from powerbench.cache import ArtifactCache, stable_hash
 from powerbench.config.schema import ProfilingConfig
@@ -133,20 +132,10 @@ def texts_digest(texts: list[str]) -> str:
 
 
 def weights_fingerprint(loaded: LoadedModel) -> str:
-    """loaded.weights_hash, or a SHA-256 of every parameter/buffer and the tokenizer."""
-    if loaded.weights_hash:
-        return loaded.weights_hash
+    """The model's fingerprint (LoadedModel.fingerprint); profiling needs its weights."""
     if loaded.model is None:
         raise ValueError(f"{loaded.spec.name}: no weights to fingerprint")
-    h = hashlib.sha256()
-    for name, tensor in sorted(loaded.model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous().reshape(-1)
-        h.update(f"{name}:{t.dtype}:{tuple(tensor.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes())
-    tok = loaded.tokenizer
-    h.update(f"{type(tok).__name__}:{getattr(tok, 'name_or_path', '')}:"
-             f"{getattr(tok, 'vocab_size', '')}".encode())
-    return "sha256:" + h.hexdigest()
+    return loaded.fingerprint()
 
 
 def profile_cache_key(loaded: LoadedModel, texts: list[str], cfg: ProfilingConfig, dataset: str,

@@ -49,3 +49,20 @@ def test_spec_from_llama_config_relu_is_reglu():
                                                 num_hidden_layers=2, num_attention_heads=4,
                                                 num_key_value_heads=2, hidden_act="relu"))
     assert spec.ffn_kind.value == "reglu" and spec.n_kv_heads == 2
+
+
+def test_fingerprint_follows_the_weights_and_prefers_the_loaders_hash():
+    import torch
+
+    from powerbench.model.loading import LoadedModel, load_shape_model
+
+    shape = load_shape_model(group_config("model", "opt_13b"))
+    assert shape.fingerprint() == "shape:opt_13b"
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    same = LoadedModel(shape.spec, model=net).fingerprint()
+    assert same.startswith("sha256:") and LoadedModel(shape.spec, model=net).fingerprint() == same
+    with torch.no_grad():
+        net.bias[1] += 1.0
+    assert LoadedModel(shape.spec, model=net).fingerprint() != same
+    assert LoadedModel(shape.spec, model=net, weights_hash="hub:x@1").fingerprint() == "hub:x@1"
