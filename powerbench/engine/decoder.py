@@ -17,6 +17,7 @@ only, as in HF. The benchmark engines always pass equal-length rows and no mask.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -61,8 +62,11 @@ class Decoder:
         return self.w.device
 
     def with_ffn(self, ffn: FFN) -> Decoder:
-        """This decoder (weights, dense projections, fused operators) around another FFN."""
-        return Decoder(self.w, ffn=ffn, linear=self.linear, fused=self.kernels is not None)
+        """This decoder (weights, dense projections, fused operators, rotary table: shared,
+        and a subclass's own settings) around another FFN, without an observer."""
+        other = copy.copy(self)
+        other.ffn, other.observer = ffn, None
+        return other
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         w = self.w

@@ -164,8 +164,7 @@ class KnobDecoder(Decoder):
     alone, as bench-operators' contenders do."""
 
     def __init__(self, base: Decoder, knobs: Sequence[int], defaults: Sequence[int]) -> None:
-        super().__init__(base.w, ffn=base.ffn, linear=base.linear,
-                         fused=base.kernels is not None)
+        self.__dict__.update(base.__dict__)  # base's weights, projections, FFN, rotary table
         self.knobs, self.defaults = list(knobs), list(defaults)
         self._set = torch.ops.powerbench_cpu.set_cpu_knobs.default
 
@@ -175,9 +174,6 @@ class KnobDecoder(Decoder):
             return super().generate(*args, **kwargs)
         finally:
             self._set(self.defaults)
-
-    def with_ffn(self, ffn: Any) -> Decoder:
-        return KnobDecoder(super().with_ffn(ffn), self.knobs, self.defaults)
 
 
 def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, int],
