@@ -66,6 +66,7 @@ def _cpu_kernels() -> DecodeKernels | None:
         get_backend("sparse_cpu", fallback=False)  # builds and loads the extension
     except BackendUnavailable:
         return None
-    ops = torch.ops.powerbench_cpu
-    return DecodeKernels(ops.rms_norm.default, ops.decode_attention.default,
-                         ops.gated_activation.default)
+    from powerbench.ops.extension_build import load_cpu_extension
+
+    ops = load_cpu_extension()  # the module's functions: no dispatcher on the decode path
+    return DecodeKernels(ops.rms_norm, ops.decode_attention, ops.gated_activation)

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from powerbench.paths import cache_dir
 
@@ -60,31 +61,37 @@ def gencode_flags(archs: Sequence[str]) -> list[str]:
     return flags
 
 
-def _load(name: str, sources: Sequence[str], verbose: bool, **kwargs) -> None:
+def _load(name: str, sources: Sequence[str], verbose: bool, is_python_module: bool = False,
+          **kwargs) -> ModuleType | None:
     from torch.utils import cpp_extension  # heavy import, only when building
 
     build_dir = extensions_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(
+    return cpp_extension.load(
         name=name,
         sources=[str(CSRC / s) for s in sources],
         build_directory=str(build_dir),
-        is_python_module=False,
+        is_python_module=is_python_module,
         verbose=verbose,
         **kwargs,
     )
 
 
 @functools.cache
-def load_cpu_extension(verbose: bool = False) -> None:
-    """Build (first time) and load the CPU ops into ``torch.ops.powerbench_cpu``."""
-    _load(
+def load_cpu_extension(verbose: bool = False) -> ModuleType:
+    """Build (first time) and load the CPU ops into ``torch.ops.powerbench_cpu``; returns the
+    extension module, whose functions are the per-token operators without the dispatcher
+    (``csrc/sparse_cpu_binding.cpp``, end)."""
+    module = _load(
         CPU_NAMESPACE,
         CPU_SOURCES,
         verbose,
+        is_python_module=True,
         extra_cflags=list(CPU_CFLAGS),
         extra_ldflags=list(CPU_LDFLAGS),
     )
+    assert module is not None
+    return module
 
 
 @functools.cache
