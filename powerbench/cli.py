@@ -58,6 +58,7 @@ TASKS = {
     "validate": "measured vs simulated on hardware=local",
     "bench-decode": "decode tokens/s, dense vs sparse, side by side",
     "bench-operators": "sparse operators vs torch dense",
+    "bench-powerinfer-ops": "PowerInfer's own CPU FFN operators (its ggml, a checkout) here",
     "bench-solver": "placement solvers at paper scale",
     "bench-flash": "flash-offloaded FFN vs in DRAM (PowerInfer-2)",
     "bench-threshold": "CATS threshold sparsity on SmolLM2 vs llama.cpp",

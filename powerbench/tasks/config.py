@@ -129,6 +129,38 @@ class BenchOperatorsTask:
 
 
 @dataclass
+class BenchPowerInferOpsTask:
+    """PowerInfer's own CPU FFN operators (its ggml from a PowerInfer checkout, compiled
+    here) vs ggml's dense product and a plain read (powerbench.measure.powerinfer_ops)."""
+
+    _target_: str = "powerbench.tasks.bench_powerinfer_ops.bench_powerinfer_ops"
+    name: str = "bench_powerinfer_ops"
+    powerinfer_dir: str | None = None  # a PowerInfer checkout (git clone .../SJTU-IPADS/PowerInfer)
+    isas: list[str] = field(default_factory=lambda: ["native", "avx2"])  # compiler ISA builds
+    threads: list[int] = field(default_factory=lambda: [1, 2])
+    layers: int = 4  # distinct layers, each with its own 3 x 128 MiB of weights
+    passes: int = 8  # a graph runs the layers this many times (amortises its thread start)
+    reps: int = 5  # graphs per process (its median)
+    rounds: int = 3  # interleaved rounds of every (ISA, threads) process
+    sparsities: list[float] = field(default_factory=lambda: [0.5, 0.8, 0.9, 0.95])
+    publish: bool = False  # also write the report into results/operators_cpu/
+
+    def __post_init__(self) -> None:
+        from powerbench.measure.powerinfer_ops import ISA_FLAGS
+
+        for isa in self.isas:
+            check_choice("task.isas", isa, tuple(ISA_FLAGS))
+        for t in self.threads:
+            check_range("task.threads", t, 1, 256)
+        for s in self.sparsities:
+            check_range("task.sparsities", s, 0.0, 1.0)
+        check_range("task.layers", self.layers, 1, 64)
+        check_range("task.passes", self.passes, 1, 64 // self.layers)
+        check_range("task.reps", self.reps, 1, 64)
+        check_range("task.rounds", self.rounds, 1)
+
+
+@dataclass
 class BenchHybridTask:
     """engine=hybrid vs llama.cpp-style layer offload on a real-size shape with synthetic
     weights, each row beside its simulated twin (powerbench.measure.hybrid_bench; needs a
@@ -384,7 +416,7 @@ class DocsTask:
 
 SCHEMAS = {"run": RunTask, "tour": TourTask, "validate": ValidateTask, "bench_decode": BenchDecodeTask,
            "bench_operators": BenchOperatorsTask, "bench_solver": BenchSolverTask,
-           "bench_hybrid": BenchHybridTask,
+           "bench_hybrid": BenchHybridTask, "bench_powerinfer_ops": BenchPowerInferOpsTask,
            "hybrid_local": HybridLocalTask, "bench_flash": BenchFlashTask,
            "bench_threshold": BenchThresholdTask, "figure": FigureTask,
            "reproduce": ReproduceTask, "sync": SyncTask, "mlflow_server": MlflowServerTask,

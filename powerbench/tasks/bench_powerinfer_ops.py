@@ -1,0 +1,40 @@
+"""`powerbench bench-powerinfer-ops`: PowerInfer's own CPU FFN operators (its ggml, compiled
+here from a PowerInfer checkout) against ggml's dense product and a plain read, on this
+machine (powerbench.measure.powerinfer_ops).
+
+    powerbench bench-powerinfer-ops task.powerinfer_dir=/path/to/PowerInfer
+        [task.isas=[native,avx2]] [task.threads=[1,2]] [task.publish=true]
+
+Reports through the measurement harness (study `operators_cpu`, report `powerinfer_ops`);
+`task.publish=true` also writes results/operators_cpu/powerinfer_ops.{md,csv}. Needs a C
+compiler and a PowerInfer checkout (git clone https://github.com/SJTU-IPADS/PowerInfer);
+without one it stops with that message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from powerbench.config import PowerbenchConfig
+from powerbench.measure.harness import Report, run_benchmark
+from powerbench.measure.powerinfer_ops import (
+    PowerInferOpsConfig,
+    PowerInferSourceError,
+    check_checkout,
+    powerinfer_ops_report,
+)
+from powerbench.paths import cache_dir
+from powerbench.tasks.config import BenchPowerInferOpsTask
+
+
+def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
+                         out_dir: Path) -> list[Report]:
+    try:
+        checkout = check_checkout(task.powerinfer_dir)  # before the harness starts a job
+    except PowerInferSourceError as err:
+        raise SystemExit(str(err)) from None
+    bench = PowerInferOpsConfig(
+        checkout=checkout, build_root=cache_dir() / "powerinfer_ops",
+        isas=tuple(task.isas), threads=tuple(task.threads), layers=task.layers,
+        passes=task.passes, reps=task.reps, rounds=task.rounds, sparsities=tuple(task.sparsities))
+    return run_benchmark(cfg, out_dir, lambda: powerinfer_ops_report(bench), task.publish)

@@ -1,0 +1,111 @@
+"""bench-powerinfer-ops: the driver's output, the checkout checks, the build and the table
+(a stand-in ggml and driver: PowerInfer's sources are not part of this repository)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+
+import powerbench.measure.powerinfer_ops as pio
+from powerbench.measure.powerinfer_ops import (
+    DriverRun,
+    OpTiming,
+    PowerInferOpsConfig,
+    PowerInferSourceError,
+    build_driver,
+    check_checkout,
+    parse_driver_output,
+    powerinfer_ops_report,
+    report_rows,
+)
+from powerbench.schema_helpers import ConfigRangeError
+from powerbench.tasks.config import BenchPowerInferOpsTask
+
+OUTPUT = """read threads 2 gbps 30.000
+op sparse_up sparsity 0.9000 active 1638 ms_per_layer 1.1000 gbps 12.000
+op dense_ffn sparsity 0.0000 active 16384 ms_per_layer 11.0000 gbps 24.000
+"""
+
+
+def test_the_driver_output_parses_line_by_line():
+    run = parse_driver_output("noise\n" + OUTPUT)
+    assert run.read_gbps == 30.0
+    assert run.ops == (OpTiming("sparse_up", 0.9, 1638, 1.1, 12.0),
+                       OpTiming("dense_ffn", 0.0, 16384, 11.0, 24.0))
+
+
+def test_output_without_the_read_line_is_an_error_that_shows_it():
+    with pytest.raises(ValueError, match="no `read threads"):
+        parse_driver_output("op sparse_up sparsity 0.9 active 1 ms_per_layer 1 gbps 1\n")
+
+
+def test_a_missing_or_incomplete_checkout_says_what_lacks_and_how_to_get_it(tmp_path):
+    with pytest.raises(PowerInferSourceError, match="task.powerinfer_dir is not set.*git clone"):
+        check_checkout(None)
+    (tmp_path / "ggml.c").write_text("")
+    with pytest.raises(PowerInferSourceError, match=r"lacks ggml-quants.c, ggml-alloc.c, "
+                       r"ggml-backend.c, ggml.h \(with network: git clone"):
+        check_checkout(tmp_path)
+
+
+def test_rows_take_medians_over_rounds_and_share_of_read_and_dense():
+    def run(read, up, dense):
+        return DriverRun(read, (OpTiming("sparse_up", 0.9, 1638, 1.0, up),
+                                OpTiming("dense_ffn", 0.0, 16384, 10.0, dense)))
+
+    rows = report_rows({("native", 2): [run(30, 12, 24), run(20, 6, 20), run(40, 9, 30)]})
+    up = next(r for r in rows if r["op"] == "sparse_up")
+    assert (up["gbps"], up["read_gbps"], up["gbps_per_thread"]) == (9, 30, 4.5)
+    assert up["read_share"] == 0.3 and up["dense_ffn_share"] == round(9 / 24, 3)
+    assert up["sparsity_pct"] == 90 and up["threads"] == 2 and up["isa_build"] == "native"
+
+
+def test_task_options_are_checked_when_composed():
+    with pytest.raises(ConfigRangeError, match="task.isas='sse' is not an option; valid: "
+                       "native, avx2"):
+        BenchPowerInferOpsTask(isas=["sse"])
+    with pytest.raises(ConfigRangeError, match="task.threads"):
+        BenchPowerInferOpsTask(threads=[0])
+    with pytest.raises(ValueError, match="unknown ISA build 'sse'"):
+        build_driver(None, "sse", None)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                    reason="no C compiler")
+def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
+    """The build compiles every ggml source and the driver, is reused while the inputs are
+    the same and redone when one changes; the report has a row per (ISA, threads, op)."""
+    checkout = tmp_path / "PowerInfer"
+    checkout.mkdir()
+    (checkout / "ggml.h").write_text("int ggml_stub(void);\n")
+    for name in pio.GGML_SOURCES:
+        fn = name.replace("-", "_").removesuffix(".c")
+        (checkout / name).write_text(f"int {fn}(void) {{ return 1; }}\n")
+    driver = tmp_path / "driver.c"
+    driver.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include "ggml.h"\n'
+                      "int main(int c, char** v) { int t = atoi(v[1]);\n"
+                      '  printf("read threads %d gbps %.3f\\n", t, 10.0 * t);\n'
+                      '  printf("op sparse_up sparsity %s active 100 ms_per_layer 1.0 '
+                      'gbps %.3f\\n", v[5], 2.0 * t);\n'
+                      '  printf("op dense_ffn sparsity 0.0000 active 16384 ms_per_layer 9.0 '
+                      'gbps %.3f\\n", 8.0 * t);\n  return 0; }\n')
+    monkeypatch.setattr(pio, "DRIVER", driver)
+    build_root = tmp_path / "build"
+    first = build_driver(checkout, "avx2", build_root)
+    assert build_driver(checkout, "avx2", build_root) == first  # reused
+    (checkout / "ggml.c").write_text("int ggml(void) { return 2; }\n")
+    assert build_driver(checkout, "avx2", build_root) != first  # a changed source rebuilds
+
+    cfg = PowerInferOpsConfig(checkout=checkout, build_root=build_root, isas=("avx2",),
+                              threads=(1, 2), rounds=2, sparsities=(0.9,))
+    report = powerinfer_ops_report(cfg)
+    assert report.study == "operators_cpu" and report.name == "powerinfer_ops"
+    by_key = {(r["threads"], r["op"]): r for r in report.rows}
+    assert set(by_key) == {(1, "sparse_up"), (1, "dense_ffn"), (2, "sparse_up"),
+                           (2, "dense_ffn")}
+    assert by_key[(2, "sparse_up")]["gbps"] == 4.0
+    assert by_key[(2, "sparse_up")]["read_share"] == 0.2
+    assert math.isclose(by_key[(1, "sparse_up")]["dense_ffn_share"], 0.25)
+    assert "commit unknown" in report.notes[0]
