@@ -3,7 +3,7 @@ here from a PowerInfer checkout) against ggml's dense product and a plain read, 
 machine (powerbench.measure.powerinfer_ops).
 
     powerbench bench-powerinfer-ops task.powerinfer_dir=/path/to/PowerInfer
-        [task.isas=[native,avx2]] [task.threads=[1,2]] [task.publish=true]
+        [task.isas=[native,avx2]] [task.threads=[1,2,4,8]] [task.publish=true]
 
 Reports through the measurement harness (study `operators_cpu`, report `powerinfer_ops`);
 `task.publish=true` also writes results/operators_cpu/powerinfer_ops.{md,csv}. Needs a C
@@ -16,12 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from powerbench.config import PowerbenchConfig
+from powerbench.hardware.facts import usable_cpus
 from powerbench.measure.harness import Report, run_benchmark
 from powerbench.measure.powerinfer_ops import (
     PowerInferOpsConfig,
     PowerInferSourceError,
     check_checkout,
     powerinfer_ops_report,
+    thread_counts,
 )
 from powerbench.paths import cache_dir
 from powerbench.tasks.config import BenchPowerInferOpsTask
@@ -35,6 +37,7 @@ def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
         raise SystemExit(str(err)) from None
     bench = PowerInferOpsConfig(
         checkout=checkout, build_root=cache_dir() / "powerinfer_ops",
-        isas=tuple(task.isas), threads=tuple(task.threads), layers=task.layers,
+        isas=tuple(task.isas), threads=tuple(task.threads or thread_counts(usable_cpus())),
+        layers=task.layers,
         passes=task.passes, reps=task.reps, rounds=task.rounds, sparsities=tuple(task.sparsities))
     return run_benchmark(cfg, out_dir, lambda: powerinfer_ops_report(bench), task.publish)

@@ -137,7 +137,7 @@ class BenchPowerInferOpsTask:
     name: str = "bench_powerinfer_ops"
     powerinfer_dir: str | None = None  # a PowerInfer checkout (git clone .../SJTU-IPADS/PowerInfer)
     isas: list[str] = field(default_factory=lambda: ["native", "avx2"])  # compiler ISA builds
-    threads: list[int] = field(default_factory=lambda: [1, 2])
+    threads: list[int] | None = None  # None: 1, 2, 4, ... and all usable cores
     layers: int = 4  # distinct layers, each with its own 3 x 128 MiB of weights
     passes: int = 8  # a graph runs the layers this many times (amortises its thread start)
     reps: int = 5  # graphs per process (its median)
@@ -150,7 +150,7 @@ class BenchPowerInferOpsTask:
 
         for isa in self.isas:
             check_choice("task.isas", isa, tuple(ISA_FLAGS))
-        for t in self.threads:
+        for t in self.threads or ():
             check_range("task.threads", t, 1, 256)
         for s in self.sparsities:
             check_range("task.sparsities", s, 0.0, 1.0)

@@ -19,6 +19,7 @@ from powerbench.measure.powerinfer_ops import (
     parse_driver_output,
     powerinfer_ops_report,
     report_rows,
+    thread_counts,
 )
 from powerbench.schema_helpers import ConfigRangeError
 from powerbench.tasks.config import BenchPowerInferOpsTask
@@ -60,6 +61,13 @@ def test_rows_take_medians_over_rounds_and_share_of_read_and_dense():
     assert (up["gbps"], up["read_gbps"], up["gbps_per_thread"]) == (9, 30, 4.5)
     assert up["read_share"] == 0.3 and up["dense_ffn_share"] == round(9 / 24, 3)
     assert up["sparsity_pct"] == 90 and up["threads"] == 2 and up["isa_build"] == "native"
+
+
+def test_default_thread_counts_double_up_to_the_cores():
+    assert thread_counts(1) == (1,)
+    assert thread_counts(2) == (1, 2)
+    assert thread_counts(6) == (1, 2, 4, 6)
+    assert thread_counts(16) == (1, 2, 4, 8, 16)
 
 
 def test_task_options_are_checked_when_composed():
