@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from powerbench.measure.harness import Report, interleaved
+from powerbench.measure.harness import Report, cpu_flags, interleaved
 
 PINNED_COMMIT = "d3ebd7c"  # the PowerInfer commit this driver was written against
 GGML_SOURCES = ("ggml.c", "ggml-quants.c", "ggml-alloc.c", "ggml-backend.c")
 DRIVER = Path(__file__).parent / "csrc" / "powerinfer_ffn_bench.c"
 ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}
+NEEDS = {"native": (), "avx2": ("avx2", "fma", "f16c")}  # /proc/cpuinfo flags to run it
+RUN_TIMEOUT_S = 3600  # one driver process (a few seconds to a minute here)
 CLONE_HINT = ("git clone https://github.com/SJTU-IPADS/PowerInfer && "
               f"git -C PowerInfer checkout {PINNED_COMMIT}")
 SPARSE_OPS = ("sparse_up", "sparse_down", "sparse_ffn")
@@ -123,7 +125,7 @@ def build_driver(root: Path, isa: str, build_root: Path) -> Path:
         obj = out / (Path(name).stem + ".o")
         _compile([cc, *flags, "-c", str(root / name), "-o", str(obj)])
         objects.append(str(obj))
-    tmp = out / "powerinfer_ffn_bench.tmp"
+    tmp = out / f"powerinfer_ffn_bench.{os.getpid()}.tmp"  # concurrent builds do not mix
     _compile([cc, *flags, f"-I{root}", str(DRIVER), *objects, "-lm", "-o", str(tmp)])
     tmp.replace(binary)  # only a complete build is reused
     return binary
@@ -139,7 +141,10 @@ def run_driver(binary: Path, threads: int, layers: int, passes: int, reps: int,
                sparsities: Sequence[float]) -> DriverRun:
     argv = [str(binary), str(threads), str(layers), str(passes), str(reps),
             *(f"{s:g}" for s in sparsities)]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"`{' '.join(argv)}` ran past {RUN_TIMEOUT_S} s") from err
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(argv)}` exited with {done.returncode}:\n"
                            f"{done.stderr[-2000:]}")
@@ -198,14 +203,20 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
     """Build each ISA variant, run every (ISA, threads) process once per round, and
     return the table (study operators_cpu, report powerinfer_ops)."""
     root = check_checkout(cfg.checkout)
-    binaries = {isa: build_driver(root, isa, cfg.build_root) for isa in cfg.isas}
+    flags = cpu_flags()
+    isas = tuple(i for i in cfg.isas if all(f in flags for f in NEEDS[i]))
+    if not isas:
+        raise PowerInferSourceError(f"this CPU runs none of the ISA builds {list(cfg.isas)} "
+                                    f"(needs: {NEEDS}); task.isas=[native] always runs")
+    binaries = {isa: build_driver(root, isa, cfg.build_root) for isa in isas}
     variants = {
         f"{isa} x{t}": (lambda b=binaries[isa], t=t: run_driver(b, t, cfg.layers, cfg.passes,
                                                                 cfg.reps, cfg.sparsities))
-        for isa in cfg.isas for t in cfg.threads
+        for isa in isas for t in cfg.threads
     }
     results = interleaved(variants, cfg.rounds)
-    runs = {(isa, t): results[f"{isa} x{t}"] for isa in cfg.isas for t in cfg.threads}
+    runs = {(isa, t): results[f"{isa} x{t}"] for isa in isas for t in cfg.threads}
+    skipped = [i for i in cfg.isas if i not in isas]
     commit = checkout_commit(root)
     return Report(
         study="operators_cpu", name="powerinfer_ops", rows=report_rows(runs),
@@ -231,8 +242,10 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
             "read_share = gbps / read_gbps; dense_ffn_share = gbps / ggml's dense FFN.",
             "isa_build avx2: -mavx2 -mfma -mf16c, the SIMD level of the PowerInfer paper's "
             "desktop CPUs; native: -march=native.",
+            *([f"Not run: {', '.join(skipped)} (this CPU lacks its instructions)."]
+              if skipped else []),
         ],
-        params={"isas": list(cfg.isas), "threads": list(cfg.threads), "layers": cfg.layers,
+        params={"isas": list(isas), "threads": list(cfg.threads), "layers": cfg.layers,
                 "passes": cfg.passes, "reps": cfg.reps, "rounds": cfg.rounds, "sparsities": list(cfg.sparsities),
                 "powerinfer_commit": commit},
     )

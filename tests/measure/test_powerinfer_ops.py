@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -117,3 +118,12 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
     assert by_key[(2, "sparse_up")]["read_share"] == 0.2
     assert math.isclose(by_key[(1, "sparse_up")]["dense_ffn_share"], 0.25)
     assert "commit unknown" in report.notes[0]
+
+    # a CPU without AVX2 runs only the native build, and the page says so
+    monkeypatch.setattr(pio, "cpu_flags", lambda: {"sse2"})
+    report = powerinfer_ops_report(replace(cfg, isas=("avx2", "native"), threads=(1,),
+                                           rounds=1))
+    assert {r["isa_build"] for r in report.rows} == {"native"}
+    assert report.notes[-1] == "Not run: avx2 (this CPU lacks its instructions)."
+    with pytest.raises(PowerInferSourceError, match=r"runs none of the ISA builds \['avx2'\]"):
+        powerinfer_ops_report(replace(cfg, isas=("avx2",)))
