@@ -221,6 +221,13 @@ class SimulatorConfig:
     # 0. Validation on `local` measures it (the fused
     # operator on an empty active set at the model's shapes, minus one dispatch).
     cpu_sparse_call_us: float | None = None
+    # Per-thread rate of the host's sparse FFN operator, GB/s per thread: an operator that
+    # gathers its rows one at a time without software prefetch waits on every row's first
+    # lines, so its rate is threads x this until the bandwidth (x efficiency.cpu_sparse)
+    # caps it (PowerInfer's own: 4.8-6.2 GB/s per thread at 90-95% sparsity on the 2-vCPU
+    # EPYC, `powerbench bench-powerinfer-ops`). Threads: `cpu_threads`, else every hardware
+    # thread of the host. None: bandwidth-bound only.
+    cpu_sparse_thread_gb_s: float | None = None
     # Host time of one neuron-aware sparse FFN call on the ACCELERATOR beyond its kernels'
     # launches (the binding's argument handling and small ATen calls), microseconds: the
     # launch-bound side of that call is then ops x launch_s + this (still max'ed with its

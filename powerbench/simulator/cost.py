@@ -10,7 +10,9 @@ stream is merged there):
     FFN        each device computes its own neurons (FFNWork): neurons x M_n bytes,
                2 x params_per_neuron x (neuron, row) pairs FLOPs (int4 on the accelerator's
                sparse operators: the down column at efficiency.int4_axpy of the input
-               rows' rate, CostModel.int4_axpy_scale; + cpu_sparse_call_us per
+               rows' rate, CostModel.int4_axpy_scale; the CPU's sparse operator at
+               most threads x cpu_sparse_thread_gb_s when set (a thread-bound row
+               gather); + cpu_sparse_call_us per
                sparse CPU call: the operator's fixed cost beyond one dispatch; on the
                accelerator the sparse call's launch-bound side is ops x launch +
                gpu_sparse_call_us, its binding's host time). When both devices hold neurons
@@ -39,6 +41,7 @@ the pass time exactly; FFN busy times of each device are reported beside them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,6 +144,7 @@ class CostModel:
             else None
         self.ops: dict[str, OpCounts] = {CPU: cfg.cpu_ops, GPU: cfg.gpu_ops}
         self.int4 = str(placement.weight_dtype) == "int4"
+        self.cpu_sparse_cap = self._cpu_sparse_thread_cap(hardware, cfg)
         self.gpu_counts = placement.gpu_counts.astype(np.float64)
         # a hybrid layer's round trip beyond the one synchronisation charged as `sync` and
         # the home host's own part of it (`host_serial_s`, charged in series)
@@ -183,7 +187,21 @@ class CostModel:
     def efficiency(self, dev: str, sparse: bool = False, weights: bool = True) -> float:
         """Achieved share of `dev`'s bandwidth for this kind of kernel (cfg.efficiency);
         `weights`: the model's weights (int4 factor applies), else fp16 data (KV, predictors)."""
-        return self.cfg.efficiency.factor(dev, sparse, weights and self.int4)
+        value = self.cfg.efficiency.factor(dev, sparse, weights and self.int4)
+        return min(value, self.cpu_sparse_cap) if dev == CPU and sparse else value
+
+    def _cpu_sparse_thread_cap(self, hardware: HardwareProfile, cfg: SimulatorConfig) -> float:
+        """The share of the host's bandwidth a thread-bound sparse operator reaches:
+        threads x cfg.cpu_sparse_thread_gb_s / bandwidth (inf when unset)."""
+        rate = cfg.cpu_sparse_thread_gb_s
+        if rate is None:
+            return math.inf
+        if rate <= 0:
+            raise ValueError(f"simulator.cpu_sparse_thread_gb_s is {rate}: it must be > 0 "
+                             "(null: bandwidth-bound only)")
+        unit = hardware.cpu
+        threads = cfg.cpu_threads or unit.threads or unit.cores or 1
+        return threads * rate * 1e9 / self.dev[CPU].bandwidth
 
     # ---- pieces ---------------------------------------------------------------------------
     def switch(self, src: str, dst: str, nbytes: float | np.ndarray) -> np.ndarray:
