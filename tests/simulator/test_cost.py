@@ -204,55 +204,45 @@ def test_unified_memory_shares_one_bandwidth():
     assert costs.layer["ffn"][0, 0] == pytest.approx(shared)
 
 
-def test_sparse_cpu_call_cost_is_added_once_per_cpu_ffn_call():
+def _one_layer_busy(mode=ComputeMode.sparse, **cfg):
+    """Each device's FFN busy time in the one-layer case (10 GPU, 40 CPU neurons active,
+    one decode row) under zero_overhead_config(mode, **cfg)."""
     hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6)
     spec = make_spec()
     placement = make_placement(spec, [np.arange(128)])
     profile = make_profile(spec, [_one_token_trace(10, 40)])
-    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
-    shape = PassShape.decode(np.array([10]), 1)
-    busy = {}
-    for extra in (None, 7.0):
-        cfg = zero_overhead_config(cpu_sparse_call_us=extra)
-        model = CostModel(spec, placement, hw, cfg, predictor_bytes=np.zeros(1))
-        busy[extra] = model.forward(work, shape).busy
+    work = ffn_work(spec, profile, placement, mode, token_groups(1, 1, 1), rows=1)
+    model = CostModel(spec, placement, hw, zero_overhead_config(mode=mode, **cfg),
+                      predictor_bytes=np.zeros(1))
+    return model.forward(work, PassShape.decode(np.array([10]), 1)).busy
+
+
+def test_sparse_cpu_call_cost_is_added_once_per_cpu_ffn_call():
+    busy = {extra: _one_layer_busy(cpu_sparse_call_us=extra) for extra in (None, 7.0)}
     assert busy[7.0]["ffn@cpu"][0, 0] == pytest.approx(busy[None]["ffn@cpu"][0, 0] + 7e-6)
     assert busy[7.0]["ffn@gpu"][0, 0] == busy[None]["ffn@gpu"][0, 0]  # CPU calls only
-    dense = CostModel(spec, placement, hw, zero_overhead_config(
-        mode=ComputeMode.dense, cpu_sparse_call_us=7.0), predictor_bytes=np.zeros(1))
-    dense_work = ffn_work(spec, profile, placement, ComputeMode.dense, token_groups(1, 1, 1),
-                          rows=1)
-    assert dense.forward(dense_work, shape).busy["ffn@cpu"][0, 0] == pytest.approx(
+    dense = _one_layer_busy(ComputeMode.dense, cpu_sparse_call_us=7.0)
+    assert dense["ffn@cpu"][0, 0] == pytest.approx(
         128 * NEURON_B / 10e9)  # dense calls pay no sparse-call cost
 
 
 def test_a_thread_bound_sparse_cpu_operator_reads_threads_x_its_rate():
     """cpu_sparse_thread_gb_s: the CPU's sparse FFN reads at min(bandwidth x efficiency,
     threads x rate); threads from cpu_threads, else the host's; dense and GPU unchanged."""
-    hw = make_hardware(cpu_bw=10 * GB, gpu_bw=100 * GB, link_bw=1 * GB, sync_s=10e-6)
-    spec = make_spec()
-    placement = make_placement(spec, [np.arange(128)])
-    profile = make_profile(spec, [_one_token_trace(10, 40)])
-    work = ffn_work(spec, profile, placement, ComputeMode.sparse, token_groups(1, 1, 1), rows=1)
-    shape = PassShape.decode(np.array([10]), 1)
-
-    def busy(**cfg):
-        model = CostModel(spec, placement, hw, zero_overhead_config(**cfg),
-                          predictor_bytes=np.zeros(1))
-        return model.forward(work, shape).busy
-
-    base = busy()
+    base = _one_layer_busy()
     assert base["ffn@cpu"][0, 0] == pytest.approx(40 * NEURON_B / 10e9)
-    two = busy(cpu_sparse_thread_gb_s=1.0, cpu_threads=2)  # 2 GB/s < 10 GB/s
+    two = _one_layer_busy(cpu_sparse_thread_gb_s=1.0, cpu_threads=2)  # 2 GB/s < 10 GB/s
     assert two["ffn@cpu"][0, 0] == pytest.approx(40 * NEURON_B / 2e9)
     assert two["ffn@gpu"][0, 0] == base["ffn@gpu"][0, 0]
-    fast = busy(cpu_sparse_thread_gb_s=6.0, cpu_threads=2)  # 12 GB/s: the bandwidth binds
+    fast = _one_layer_busy(cpu_sparse_thread_gb_s=6.0, cpu_threads=2)  # 12 GB/s: bandwidth
     assert fast["ffn@cpu"][0, 0] == pytest.approx(base["ffn@cpu"][0, 0])
-    assert hw.cpu.threads == 0  # the hand-made unit gives no cores: it counts as one thread
-    host = busy(cpu_sparse_thread_gb_s=1.0)
+    assert make_hardware().cpu.threads == 0  # a unit without core figures: one thread
+    host = _one_layer_busy(cpu_sparse_thread_gb_s=1.0)
     assert host["ffn@cpu"][0, 0] == pytest.approx(40 * NEURON_B / 1e9)
+    dense = _one_layer_busy(ComputeMode.dense, cpu_sparse_thread_gb_s=1.0, cpu_threads=2)
+    assert dense["ffn@cpu"][0, 0] == pytest.approx(128 * NEURON_B / 10e9)  # dense: unbound
     with pytest.raises(ValueError, match="cpu_sparse_thread_gb_s is 0"):
-        busy(cpu_sparse_thread_gb_s=0.0)
+        _one_layer_busy(cpu_sparse_thread_gb_s=0.0)
 
 
 def test_attention_scores_run_at_the_units_attention_rate():
