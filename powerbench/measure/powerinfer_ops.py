@@ -35,7 +35,6 @@ NEEDS = {"native": (), "avx2": ("avx2", "fma", "f16c")}  # /proc/cpuinfo flags t
 RUN_TIMEOUT_S = 3600  # one driver process (a few seconds to a minute here)
 CLONE_HINT = ("git clone https://github.com/SJTU-IPADS/PowerInfer && "
               f"git -C PowerInfer checkout {PINNED_COMMIT}")
-SPARSE_OPS = ("sparse_up", "sparse_down", "sparse_ffn")
 
 
 class PowerInferSourceError(ValueError):
