@@ -232,9 +232,10 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
             "both; dense_*: ggml_mul_mat over every row. GB/s counts the rows read "
             "(active rows x 8 KiB per matrix).",
             f"A graph runs {cfg.layers} layers (128 MiB per matrix, each its own) "
-            f"{cfg.passes} times over: a graph costs more than its layers (one sparse layer "
-            "alone took ~4 ms longer on two threads here than inside a long graph), which "
-            "PowerInfer pays once per token; a 256 MB read runs before each graph. A "
+            f"{cfg.passes} times over: a graph costs more than its layers (on the 2-vCPU "
+            "EPYC where this was written, one sparse layer alone took ~4 ms longer on two "
+            "threads than inside a long graph), which PowerInfer pays once per token; a "
+            "256 MB read runs before each graph. A "
             f"process's figure is its median of {cfg.reps} graphs, a row the median over "
             f"{cfg.rounds} interleaved rounds.",
             "read_gbps: a plain read of 1 GiB on the same threads in the same process; "
