@@ -8,19 +8,23 @@ is compiled with our C driver (csrc/powerinfer_ffn_bench.c), which times
 (the down projection over W_down^T rows), fp16, one token, 4096x16384, against ggml's
 dense `mul_mat` over the same matrices and a plain read of 1 GiB on the same threads.
 
-Variants are (ISA build, threads): `native` (-march=native, AVX-512 where the CPU has it)
-and `avx2` (-mavx2 -mfma -mf16c: the ISA of the papers' desktop CPUs, which have no
-AVX-512). Each round runs every variant's process once (interleaved rounds, the harness's
-`interleaved`); a row is the median over rounds of each process's median of `reps` graphs.
+Variants are (build, threads): PowerInfer's `native` (-march=native, AVX-512 where the CPU
+has it) and `avx2` (-mavx2 -mfma -mf16c: the ISA of the papers' desktop CPUs, which have no
+AVX-512) as processes of the driver, and ours (`sparse_cpu`: row, axpy, the fused
+ffn_relu and our dense kernel) timed the same way in this process. Each round runs every
+variant once (interleaved rounds, the harness's `interleaved`); a row is the median over
+rounds of each run's median of `reps` graphs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import statistics
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,25 +154,107 @@ def run_driver(binary: Path, threads: int, layers: int, passes: int, reps: int,
     return parse_driver_output(done.stdout)
 
 
+D_MODEL, D_FFN = 4096, 16384  # the driver's shape (csrc/powerinfer_ffn_bench.c)
+OURS = "sparse_cpu"  # the build name of our operators' rows
+
+
+def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
+                   sparsities: Sequence[float], d_model: int = D_MODEL,
+                   d_ffn: int = D_FFN, flush_mb: int = 256) -> DriverRun:
+    """The driver's measurement with our operators (powerbench.ops `sparse_cpu`) in this
+    process: the same shape, fp16 weights, layers x passes per timed sequence, 256 MB read
+    before each, the same GB/s accounting; dense = our dense kernel (`prepare_linear`).
+    Each layer call of a sequence has its own random active rows, as each of the driver's
+    layer-nodes has; ffn_relu gets a bias that keeps every active row's ReLU positive, so
+    it reads every active down row as the driver's axpy does (its input is nonzero there).
+    Its read_gbps is NaN: the report divides every build by the driver's own read (one
+    read loop for all)."""
+    import torch
+
+    from powerbench.ops.huge_pages import use_huge_pages_all
+    from powerbench.ops.registry import get_backend
+    from powerbench.threads import torch_threads
+
+    ops = get_backend(OURS, fallback=False)
+    linear = ops.prepare_linear()
+    gen = torch.Generator().manual_seed(0)
+
+    def weights(rows: int, cols: int) -> list[torch.Tensor]:
+        return [((torch.rand(rows, cols, generator=gen) - 0.5) / 4).to(torch.float16)
+                for _ in range(layers)]
+
+    up, down_t, down = weights(d_ffn, d_model), weights(d_ffn, d_model), weights(d_model, d_ffn)
+    use_huge_pages_all([*up, *down_t, *down])
+    x, h = torch.rand(1, d_model, generator=gen), torch.rand(1, d_ffn, generator=gen)
+    b1 = torch.full((d_ffn,), 100.0)  # |w1[i] . x| < 100 here: every ReLU stays positive
+    flush = torch.ones(flush_mb << 18)  # fp32: 4 B each
+    nodes = layers * passes
+
+    def timed(call) -> float:
+        """Median seconds of one sequence: call(node, layer) for every layer-node."""
+        times = []
+        for _ in range(reps):
+            flush.sum()
+            t0 = time.perf_counter()
+            for node in range(nodes):
+                call(node, node % layers)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def timing(op: str, sparsity: float, rows: int, mats: int, seconds: float) -> OpTiming:
+        nbytes = nodes * mats * rows * d_model * 2
+        return OpTiming(op, sparsity, rows, seconds / nodes * 1e3, nbytes / seconds / 1e9)
+
+    with torch_threads(threads):
+        found = [timing("dense_up", 0.0, d_ffn, 1, timed(lambda _, k: linear(x, up[k], None))),
+                 timing("dense_down", 0.0, d_ffn, 1, timed(
+                     lambda _, k: linear(h, down[k], None))),
+                 timing("dense_ffn", 0.0, d_ffn, 2, timed(
+                     lambda _, k: linear(linear(x, up[k], None), down[k], None)))]
+        for s in sparsities:
+            n_active = round((1 - s) * d_ffn)
+            ids = [torch.sort(torch.randperm(d_ffn, generator=gen)[:n_active]).values
+                   for _ in range(nodes)]
+            c = torch.rand(1, n_active, generator=gen)
+            found += [
+                timing("sparse_up", s, n_active, 1, timed(
+                    lambda n, k, ids=ids: ops.row(up[k], x, ids[n], check=False))),
+                timing("sparse_down", s, n_active, 1, timed(
+                    lambda n, k, ids=ids, c=c: ops.axpy(down_t[k], c, ids[n], check=False))),
+                timing("sparse_ffn", s, n_active, 2, timed(
+                    lambda n, k, ids=ids: ops.ffn_relu(x, up[k], b1, down_t[k], None, ids[n],
+                                                       check=False)))]
+    return DriverRun(math.nan, tuple(found))
+
+
 def report_rows(runs: dict[tuple[str, int], list[DriverRun]]) -> list[dict]:
-    """One row per (ISA build, threads, op, sparsity): medians over the rounds, GB/s per
-    thread, and GB/s as a share of the read bandwidth and of ggml's dense FFN in the same
-    processes."""
+    """One row per (build, threads, op, sparsity): medians over the rounds, GB/s per
+    thread, GB/s as a share of the read bandwidth (the driver's read at that thread count,
+    median over every driver run: one read loop for every build) and of the same build's
+    dense FFN, and the time of the build's dense product (up, down or both) over this
+    one's."""
+    reads: dict[int, list[float]] = {}
+    for (_, threads), procs in runs.items():
+        reads.setdefault(threads, []).extend(p.read_gbps for p in procs
+                                             if math.isfinite(p.read_gbps))
     rows = []
-    for (isa, threads), procs in runs.items():
-        read = statistics.median(p.read_gbps for p in procs)
+    for (build, threads), procs in runs.items():
+        read = statistics.median(reads[threads]) if reads[threads] else math.nan
         cells: dict[tuple[str, float], list[OpTiming]] = {}
         for p in procs:
             for t in p.ops:
                 cells.setdefault((t.op, t.sparsity), []).append(t)
         dense = cells.get(("dense_ffn", 0.0))
         dense_gbps = statistics.median(t.gbps for t in dense) if dense else float("nan")
+        ms = {key: statistics.median(t.ms_per_layer for t in ts) for key, ts in cells.items()}
         for (op, sparsity), ts in cells.items():
             gbps = statistics.median(t.gbps for t in ts)
+            dense_ms = ms.get((op.replace("sparse_", "dense_"), 0.0), math.nan)
             rows.append({
-                "isa_build": isa, "threads": threads, "op": op,
+                "build": build, "threads": threads, "op": op,
                 "sparsity_pct": round(100 * sparsity, 2), "active_rows": ts[0].active,
-                "ms_per_layer": round(statistics.median(t.ms_per_layer for t in ts), 4),
+                "ms_per_layer": round(ms[(op, sparsity)], 4),
+                "speedup_vs_dense": round(dense_ms / ms[(op, sparsity)], 3),
                 "gbps": round(gbps, 2), "gbps_per_thread": round(gbps / threads, 2),
                 "read_gbps": round(read, 2), "read_share": round(gbps / read, 3),
                 "dense_ffn_share": round(gbps / dense_gbps, 3),
@@ -196,11 +282,13 @@ class PowerInferOpsConfig:
     reps: int = 5
     rounds: int = 3
     sparsities: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)
+    ours: bool = True  # our sparse_cpu operators in the same rounds
 
 
 def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
-    """Build each ISA variant, run every (ISA, threads) process once per round, and
-    return the table (study operators_cpu, report powerinfer_ops)."""
+    """Build each ISA variant, run every (build, threads) once per round (PowerInfer's as
+    processes of the driver, ours in this process), and return the table (study
+    operators_cpu, report powerinfer_ops)."""
     root = check_checkout(cfg.checkout)
     flags = cpu_flags()
     isas = tuple(i for i in cfg.isas if all(f in flags for f in NEEDS[i]))
@@ -208,44 +296,54 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
         raise PowerInferSourceError(f"this CPU runs none of the ISA builds {list(cfg.isas)} "
                                     f"(needs: {NEEDS}); task.isas=[native] always runs")
     binaries = {isa: build_driver(root, isa, cfg.build_root) for isa in isas}
-    variants = {
-        f"{isa} x{t}": (lambda b=binaries[isa], t=t: run_driver(b, t, cfg.layers, cfg.passes,
-                                                                cfg.reps, cfg.sparsities))
-        for isa in isas for t in cfg.threads
-    }
-    results = interleaved(variants, cfg.rounds)
-    runs = {(isa, t): results[f"{isa} x{t}"] for isa in isas for t in cfg.threads}
+    args = (cfg.layers, cfg.passes, cfg.reps, cfg.sparsities)
+    runners = {isa: (lambda t, b=binaries[isa]: run_driver(b, t, *args)) for isa in isas}
+    if cfg.ours:
+        runners[OURS] = lambda t: sparse_cpu_run(t, *args)
+    variants = {(build, t): (lambda run=run, t=t: run(t))
+                for build, run in runners.items() for t in cfg.threads}
+    results = interleaved({f"{b} x{t}": fn for (b, t), fn in variants.items()}, cfg.rounds)
+    runs = {(b, t): results[f"{b} x{t}"] for b, t in variants}
     skipped = [i for i in cfg.isas if i not in isas]
     commit = checkout_commit(root)
     return Report(
         study="operators_cpu", name="powerinfer_ops", rows=report_rows(runs),
-        key=("isa_build", "threads", "op", "sparsity_pct"),
+        key=("build", "threads", "op", "sparsity_pct"),
         title="PowerInfer's own CPU FFN operators (ggml_mul_mat_idx, ggml_axpy; fp16, "
-              "4096x16384, batch 1) vs ggml's dense mul_mat and a plain read, this machine",
-        metrics=("gbps", "gbps_per_thread", "read_share", "dense_ffn_share", "ms_per_layer"),
+              "4096x16384, batch 1) beside ours, each against its dense product and a "
+              "plain read, this machine",
+        metrics=("gbps", "gbps_per_thread", "read_share", "dense_ffn_share",
+                 "speedup_vs_dense", "ms_per_layer"),
         notes=[
             f"PowerInfer checkout at commit {commit} (the driver was written against "
             f"{PINNED_COMMIT}); its ggml compiled here with our driver "
             "(powerbench/measure/csrc/powerinfer_ffn_bench.c).",
-            "sparse_up: ggml_mul_mat_idx over the rows whose predictor score passes the "
-            "threshold; sparse_down: ggml_axpy over the same rows of W_down^T; sparse_ffn: "
-            "both; dense_*: ggml_mul_mat over every row. GB/s counts the rows read "
-            "(active rows x 8 KiB per matrix).",
-            f"A graph runs {cfg.layers} layers (128 MiB per matrix, each its own) "
-            f"{cfg.passes} times over: a graph costs more than its layers (on the 2-vCPU "
-            "EPYC where this was written, one sparse layer alone took ~4 ms longer on two "
-            "threads than inside a long graph), which PowerInfer pays once per token; a "
-            "256 MB read runs before each graph. A "
-            f"process's figure is its median of {cfg.reps} graphs, a row the median over "
+            "build native / avx2 (PowerInfer's): sparse_up is ggml_mul_mat_idx over the rows "
+            "whose predictor score passes the threshold, sparse_down ggml_axpy over the "
+            "same rows of W_down^T, sparse_ffn both, dense_* ggml_mul_mat over every row. "
+            f"build {OURS} (ours, powerbench.ops): row, axpy, the fused ffn_relu, and our "
+            "dense kernel, on the same shape, fp16 weights on 2 MiB pages where the "
+            "kernel allows. GB/s counts the rows read (active rows x 8 KiB per matrix).",
+            f"A graph (ours: a sequence of calls) runs {cfg.layers} layers (128 MiB per "
+            f"matrix, each its own) {cfg.passes} times over: a graph costs more than its "
+            "layers (on the 2-vCPU EPYC where this was written, one sparse layer alone "
+            "took ~4 ms longer on two threads than inside a long graph), which PowerInfer "
+            "pays once per token; a 256 MB read runs before each graph. Each layer-node (ours: "
+            "each call) has its own random active rows, so a pass does not find the last "
+            "pass's rows in the cache; ours' ffn_relu gets a bias that keeps every active "
+            "ReLU positive, so it reads every active down row, as the driver's axpy does. "
+            f"A process's figure is its median of {cfg.reps} graphs, a row the median over "
             f"{cfg.rounds} interleaved rounds.",
-            "read_gbps: a plain read of 1 GiB on the same threads in the same process; "
-            "read_share = gbps / read_gbps; dense_ffn_share = gbps / ggml's dense FFN.",
-            "isa_build avx2: -mavx2 -mfma -mf16c, the SIMD level of the PowerInfer paper's "
-            "desktop CPUs; native: -march=native.",
+            "read_gbps: the driver's plain read of 1 GiB on that many threads, median over "
+            "its processes (one read loop for every build); read_share = gbps / read_gbps; dense_ffn_share = gbps / the same build's dense "
+            "FFN; speedup_vs_dense = the same build's dense time (up, down or FFN) / this.",
+            "avx2: -mavx2 -mfma -mf16c, the SIMD level of the PowerInfer paper's desktop "
+            "CPUs; native: -march=native.",
             *([f"Not run: {', '.join(skipped)} (this CPU lacks its instructions)."]
               if skipped else []),
         ],
-        params={"isas": list(isas), "threads": list(cfg.threads), "layers": cfg.layers,
-                "passes": cfg.passes, "reps": cfg.reps, "rounds": cfg.rounds, "sparsities": list(cfg.sparsities),
+        params={"isas": list(isas), "ours": cfg.ours, "threads": list(cfg.threads),
+                "layers": cfg.layers, "passes": cfg.passes, "reps": cfg.reps,
+                "rounds": cfg.rounds, "sparsities": list(cfg.sparsities),
                 "powerinfer_commit": commit},
     )

@@ -38,6 +38,6 @@ def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
     bench = PowerInferOpsConfig(
         checkout=checkout, build_root=cache_dir() / "powerinfer_ops",
         isas=tuple(task.isas), threads=tuple(task.threads or thread_counts(usable_cpus())),
-        layers=task.layers,
-        passes=task.passes, reps=task.reps, rounds=task.rounds, sparsities=tuple(task.sparsities))
+        layers=task.layers, passes=task.passes, reps=task.reps, rounds=task.rounds,
+        sparsities=tuple(task.sparsities), ours=task.ours)
     return run_benchmark(cfg, out_dir, lambda: powerinfer_ops_report(bench), task.publish)

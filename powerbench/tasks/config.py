@@ -143,6 +143,7 @@ class BenchPowerInferOpsTask:
     reps: int = 5  # graphs per process (its median)
     rounds: int = 3  # interleaved rounds of every (ISA, threads) process
     sparsities: list[float] = field(default_factory=lambda: [0.5, 0.8, 0.9, 0.95])
+    ours: bool = True  # our sparse_cpu operators timed the same way, in the same rounds
     publish: bool = False  # also write the report into results/operators_cpu/
 
     def __post_init__(self) -> None:

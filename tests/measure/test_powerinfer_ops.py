@@ -20,6 +20,7 @@ from powerbench.measure.powerinfer_ops import (
     parse_driver_output,
     powerinfer_ops_report,
     report_rows,
+    sparse_cpu_run,
     thread_counts,
 )
 from powerbench.schema_helpers import ConfigRangeError
@@ -55,13 +56,42 @@ def test_a_missing_or_incomplete_checkout_says_what_lacks_and_how_to_get_it(tmp_
 def test_rows_take_medians_over_rounds_and_share_of_read_and_dense():
     def run(read, up, dense):
         return DriverRun(read, (OpTiming("sparse_up", 0.9, 1638, 1.0, up),
+                                OpTiming("dense_up", 0.0, 16384, 8.0, 20.0),
                                 OpTiming("dense_ffn", 0.0, 16384, 10.0, dense)))
 
     rows = report_rows({("native", 2): [run(30, 12, 24), run(20, 6, 20), run(40, 9, 30)]})
     up = next(r for r in rows if r["op"] == "sparse_up")
     assert (up["gbps"], up["read_gbps"], up["gbps_per_thread"]) == (9, 30, 4.5)
     assert up["read_share"] == 0.3 and up["dense_ffn_share"] == round(9 / 24, 3)
-    assert up["sparsity_pct"] == 90 and up["threads"] == 2 and up["isa_build"] == "native"
+    assert up["sparsity_pct"] == 90 and up["threads"] == 2 and up["build"] == "native"
+    assert up["speedup_vs_dense"] == 8.0  # dense_up's 8 ms over sparse_up's 1 ms
+    # ours (no read of its own) is divided by the driver's read at the same thread count
+    ours = report_rows({("native", 2): [run(30, 12, 24)],
+                        ("sparse_cpu", 2): [run(math.nan, 15, 30)]})
+    mine = next(r for r in ours if r["build"] == "sparse_cpu" and r["op"] == "sparse_up")
+    assert mine["read_gbps"] == 30 and mine["read_share"] == 0.5
+
+
+def test_our_operators_are_timed_the_way_the_driver_times_ggml():
+    """sparse_cpu_run on a small shape: every op of the driver, active rows of each
+    sparsity, GB/s from the rows read (skipped where the extension does not build)."""
+    from powerbench.ops.registry import BackendUnavailable, get_backend
+
+    try:
+        get_backend("sparse_cpu", fallback=False)
+    except BackendUnavailable as err:
+        pytest.skip(str(err))
+    run = sparse_cpu_run(1, layers=2, passes=2, reps=1, sparsities=(0.5, 0.9), d_model=256,
+                         d_ffn=1024, flush_mb=4)
+    assert math.isnan(run.read_gbps)  # the report uses the driver's read
+    cells = {(t.op, t.sparsity): t for t in run.ops}
+    assert set(cells) == {(op, s) for op in ("sparse_up", "sparse_down", "sparse_ffn")
+                          for s in (0.5, 0.9)} | {("dense_up", 0.0), ("dense_down", 0.0),
+                                                  ("dense_ffn", 0.0)}
+    assert cells[("sparse_ffn", 0.9)].active == 102 and cells[("dense_ffn", 0.0)].active == 1024
+    for t in run.ops:  # GB/s is the rows read over the time: 4 layer calls of 256 fp16 each
+        mats = 2 if t.op.endswith("ffn") else 1
+        assert t.gbps == pytest.approx(mats * t.active * 256 * 2 / (t.ms_per_layer * 1e6))
 
 
 def test_default_thread_counts_double_up_to_the_cores():
@@ -108,7 +138,7 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
     assert build_driver(checkout, "avx2", build_root) != first  # a changed source rebuilds
 
     cfg = PowerInferOpsConfig(checkout=checkout, build_root=build_root, isas=("avx2",),
-                              threads=(1, 2), rounds=2, sparsities=(0.9,))
+                              threads=(1, 2), rounds=2, sparsities=(0.9,), ours=False)
     report = powerinfer_ops_report(cfg)
     assert report.study == "operators_cpu" and report.name == "powerinfer_ops"
     by_key = {(r["threads"], r["op"]): r for r in report.rows}
@@ -123,7 +153,7 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
     monkeypatch.setattr(pio, "cpu_flags", lambda: {"sse2"})
     report = powerinfer_ops_report(replace(cfg, isas=("avx2", "native"), threads=(1,),
                                            rounds=1))
-    assert {r["isa_build"] for r in report.rows} == {"native"}
+    assert {r["build"] for r in report.rows} == {"native"}
     assert report.notes[-1] == "Not run: avx2 (this CPU lacks its instructions)."
     with pytest.raises(PowerInferSourceError, match=r"runs none of the ISA builds \['avx2'\]"):
         powerinfer_ops_report(replace(cfg, isas=("avx2",)))
