@@ -56,6 +56,7 @@ from powerbench.simulator.rates import (
     LinkRates,
     cpu_rates,
     gpu_rates,
+    host_threads,
     link_rates,
 )
 from powerbench.simulator.workload import FFNWork
@@ -199,8 +200,7 @@ class CostModel:
         if rate <= 0:
             raise ValueError(f"simulator.cpu_sparse_thread_gb_s is {rate}: it must be > 0 "
                              "(null: bandwidth-bound only)")
-        unit = hardware.cpu
-        threads = cfg.cpu_threads or unit.threads or unit.cores or 1
+        threads = cfg.cpu_threads or host_threads(hardware.cpu)
         return threads * rate * 1e9 / self.dev[CPU].bandwidth
 
     # ---- pieces ---------------------------------------------------------------------------

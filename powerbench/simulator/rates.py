@@ -82,6 +82,11 @@ def _unit_flops(unit: ComputeUnit, fraction: float = 1.0) -> float:
     raise ValueError(f"compute unit {unit.name!r} has no FLOP/s figure (effective or peak)")
 
 
+def host_threads(unit: ComputeUnit) -> int:
+    """The unit's hardware threads (its cores where no thread count is given; at least 1)."""
+    return max(unit.threads or unit.cores, 1)
+
+
 def cpu_op_seconds(hw: HardwareProfile, cfg: SimulatorConfig) -> float:
     if cfg.cpu_op_us is not None:
         return cfg.cpu_op_us * 1e-6
@@ -104,7 +109,7 @@ def cpu_rates(hw: HardwareProfile, cfg: SimulatorConfig,
         return DeviceRates(CPU, kernel.stream_bw, kernel.gemm_flops, op_s, False,
                            kernel.attention_flops, kernel.sparse_call_s)
     bw = hw.bandwidth(unit)
-    cores = max(unit.threads or unit.cores, 1)
+    cores = host_threads(unit)
     threads = cfg.cpu_threads
     fraction = 1.0
     if threads is not None and unit.cores:
