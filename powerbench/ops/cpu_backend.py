@@ -102,8 +102,9 @@ class CpuSparseOps(SparseOps):
     # checks every argument itself and returns y in x's dtype and shape), so a decode-path
     # call is one call of the extension module (no dispatcher: see __init__). A cold call
     # (after the weights streamed through the cache) spent ~30 us in the Python checks alone
-    # on the 2-core EPYC host, as long as reading 1 MB of weights. Threshold active sets (and anything that is not a tensor) take the generic
-    # path. The FFN hooks return fp32 (prepare_ffn); a direct call asks for x's dtype.
+    # on the 2-core EPYC host, as long as reading 1 MB of weights. Threshold active sets (and
+    # anything that is not a tensor) take the generic path. The FFN hooks return fp32
+    # (prepare_ffn); a direct call asks for x's dtype.
     def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check):
         return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, check, True)
 

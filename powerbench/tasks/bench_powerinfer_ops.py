@@ -1,6 +1,6 @@
 """`powerbench bench-powerinfer-ops`: PowerInfer's own CPU FFN operators (its ggml, compiled
-here from a PowerInfer checkout) against ggml's dense product and a plain read, on this
-machine (powerbench.measure.powerinfer_ops).
+here from a PowerInfer checkout) beside ours, each against its dense product and one plain
+read, on this machine (powerbench.measure.powerinfer_ops).
 
     powerbench bench-powerinfer-ops task.powerinfer_dir=/path/to/PowerInfer
         [task.isas=[native,avx2]] [task.threads=[1,2,4,8]] [task.publish=true]

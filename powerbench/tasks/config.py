@@ -131,7 +131,8 @@ class BenchOperatorsTask:
 @dataclass
 class BenchPowerInferOpsTask:
     """PowerInfer's own CPU FFN operators (its ggml from a PowerInfer checkout, compiled
-    here) vs ggml's dense product and a plain read (powerbench.measure.powerinfer_ops)."""
+    here) beside ours, each against its dense product and one plain read
+    (powerbench.measure.powerinfer_ops)."""
 
     _target_: str = "powerbench.tasks.bench_powerinfer_ops.bench_powerinfer_ops"
     name: str = "bench_powerinfer_ops"
@@ -139,9 +140,9 @@ class BenchPowerInferOpsTask:
     isas: list[str] = field(default_factory=lambda: ["native", "avx2"])  # compiler ISA builds
     threads: list[int] | None = None  # None: 1, 2, 4, ... and all usable cores
     layers: int = 4  # distinct layers, each with its own 3 x 128 MiB of weights
-    passes: int = 8  # a graph runs the layers this many times (amortises its thread start)
+    passes: int = 8  # a graph runs the layers this many times (amortises the graph's own cost)
     reps: int = 5  # graphs per process (its median)
-    rounds: int = 3  # interleaved rounds of every (ISA, threads) process
+    rounds: int = 3  # interleaved rounds of every (build, threads) run
     sparsities: list[float] = field(default_factory=lambda: [0.5, 0.8, 0.9, 0.95])
     ours: bool = True  # our sparse_cpu operators timed the same way, in the same rounds
     publish: bool = False  # also write the report into results/operators_cpu/
