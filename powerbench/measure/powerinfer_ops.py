@@ -24,7 +24,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +170,7 @@ def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
     read loop for all)."""
     import torch
 
+    from powerbench.ops.bench_timing import Timer, TimingPolicy
     from powerbench.ops.huge_pages import use_huge_pages_all
     from powerbench.ops.registry import get_backend
     from powerbench.threads import torch_threads
@@ -187,19 +187,18 @@ def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
     use_huge_pages_all([*up, *down_t, *down])
     x, h = torch.rand(1, d_model, generator=gen), torch.rand(1, d_ffn, generator=gen)
     b1 = torch.full((d_ffn,), 100.0)  # |w1[i] . x| < 100 here: every ReLU stays positive
-    flush = torch.ones(flush_mb << 18)  # fp32: 4 B each
     nodes = layers * passes
+    # the operator benchmark's timer: its flush is a single-threaded read (a torch.sum
+    # flush leaves torch's workers spinning on the cores our kernels need: ops.bench_timing)
+    timer = Timer("cpu", TimingPolicy(warmup=0, reps=reps, min_time_s=0.0, max_reps=reps,
+                                      flush_mb=flush_mb))
 
     def timed(call) -> float:
         """Median seconds of one sequence: call(node, layer) for every layer-node."""
-        times = []
-        for _ in range(reps):
-            flush.sum()
-            t0 = time.perf_counter()
+        def sequence() -> None:
             for node in range(nodes):
                 call(node, node % layers)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return timer.median(sequence)
 
     def timing(op: str, sparsity: float, rows: int, mats: int, seconds: float) -> OpTiming:
         nbytes = nodes * mats * rows * d_model * 2
