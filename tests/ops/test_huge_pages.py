@@ -11,11 +11,14 @@ from powerbench.ops import huge_pages as hp
 
 MiB = 1 << 20
 THP_USABLE = sys.platform.startswith("linux") and hp.thp_mode() in ("always", "madvise")
-# NONZERO: the tensors put on huge pages here hold nonzero values. Linux >= 6.12 splits a
-# huge page whose 4 KiB pages are all zero when memory runs short (the underused-THP
-# shrinker), so an all-zeros tensor can lose huge pages between the collapse and the count
-# when the suite runs beside a memory-hungry test (the likely cause of a CI failure, where
-# 1972 of an all-zeros tensor's 10240 KiB were counted on small pages after a collapse).
+# OWN_MAPPING: the tensors that must land wholly on huge pages are over 32 MiB, glibc's
+# largest mmap threshold, so each is a fresh mapping of its own. A smaller one may come from
+# the heap, where the worker's earlier tests can leave a mapping boundary inside a 2 MiB
+# block; the kernel cannot back that block with one huge page, and both advices still
+# succeed (seen in CI: a 12 MiB tensor counted 8268 of 10240 KiB, 4 huge pages and 76 KiB,
+# probably a boundary 76 KiB into the first block). They also hold nonzero values: Linux >= 6.12
+# may split an all-zeros huge page when memory runs short (the underused-THP shrinker).
+BIG = 9 * MiB  # float32 elements: 36 MiB
 
 
 def test_aligned_range_rounds_inward():
@@ -60,7 +63,7 @@ def test_without_thp_it_says_why(monkeypatch):
                     "in mode always or madvise")
 def test_collapse_keeps_contents_and_addresses():
     gen = torch.Generator().manual_seed(0)
-    t = torch.randn(1537, 2049, generator=gen).to(torch.float16)  # ~6 MiB, odd sizes
+    t = torch.randn(4097, 4099, generator=gen).to(torch.float16)  # ~32.03 MiB, odd sizes
     before, ptr = t.clone(), t.data_ptr()
     start, end = hp.aligned_range(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
     done = hp.use_huge_pages(t)
@@ -74,18 +77,18 @@ def test_collapse_keeps_contents_and_addresses():
 
 @pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
 def test_views_of_one_storage_count_once():
-    base = torch.ones(3 * MiB)  # 12 MiB, not zeros: see NONZERO
+    base = torch.ones(BIG)  # OWN_MAPPING
     a, b = base[: MiB], base[MiB:]
     done = hp.use_huge_pages_all([a, None, b, base])
     assert done.nbytes == base.untyped_storage().nbytes()
-    assert done.huge_bytes >= 8 * MiB and done.reason == ""
+    assert done.huge_bytes >= 34 * MiB and done.reason == ""
 
 
 @pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
 def test_small_tensors_beside_big_ones_give_no_reason():
-    big, small = torch.ones(3 * MiB), torch.ones(16)  # 12 MiB; 64 bytes (NONZERO)
+    big, small = torch.ones(BIG), torch.ones(16)  # OWN_MAPPING; 64 bytes
     done = hp.use_huge_pages_all([small, big])
-    assert done.huge_bytes >= 8 * MiB and done.reason == ""
+    assert done.huge_bytes >= 34 * MiB and done.reason == ""
     assert hp.use_huge_pages_all([small]).reason == hp.TOO_SMALL
 
 
