@@ -13,9 +13,9 @@ inward: the partial huge pages at either end stay on small pages) and reports, i
 THP ``never``, not on the CPU, smaller than one huge page. A 2 MiB block that a mapping
 boundary crosses (a heap allocation can straddle two mappings) stays on small pages though
 both advices succeed: the count shows it, the reason says how much. The count is of its
-moment:
-Linux >= 6.12 may later split a huge page whose 4 KiB pages are all zero when memory runs
-short (the underused-THP shrinker); weights are not zero, an all-zeros tensor can be.
+moment: Linux >= 6.12 may later split a huge page whose 4 KiB pages are all zero when
+memory runs short (the underused-THP shrinker); weights are not zero, an all-zeros tensor
+can be.
 """
 
 from __future__ import annotations
