@@ -46,7 +46,7 @@ from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 from powerbench.ops.interface import SparseOps
-from powerbench.ops.registry import get_backend
+from powerbench.ops.registry import BACKENDS, get_backend
 
 SHAPES = ("4096x11008", "4096x16384", "8192x28672")
 SPARSITIES = (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
@@ -188,15 +188,30 @@ def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
                                  check=False)
 
 
+Builder = Callable[[str, LayerData, torch.Tensor, torch.Tensor, torch.Tensor],
+                   Callable[[], torch.Tensor]]  # (op, layer, x, coeffs, idx) -> the timed call
+
+
 @dataclass(frozen=True)
 class Contender:
-    """One sparse backend on one ISA path and knob setting ("" where the backend has none)."""
+    """One sparse backend on one ISA path and knob setting ("" where the backend has none),
+    or a baseline that is no SparseOps backend (`build` makes its calls, `runs` says which
+    storage dtypes it takes)."""
 
     backend: str
     isa: str
-    ops: SparseOps
+    ops: SparseOps | None
     variant: str = ""  # as given ("" : the defaults)
     knobs: tuple[int, ...] = ()  # every knob's value in the extension's order ((): none)
+    build: Builder | None = None
+    runs: Callable[[torch.dtype], bool] = lambda dtype: True
+
+    def fn(self, op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor,
+           idx: torch.Tensor) -> Callable[[], torch.Tensor]:
+        if self.build is not None:
+            return self.build(op, layer, x, coeffs, idx)
+        assert self.ops is not None
+        return sparse_fn(op, self.ops, layer, x, coeffs, idx)
 
     def wrap(self, fn: Callable[[], object], switch: bool) -> Callable[[], object]:
         """fn, switching the CPU kernels to this path and knobs first (untimed, before the
@@ -212,14 +227,40 @@ class Contender:
                                  set_knobs(knobs) if knobs else None))
 
 
+def _torch_gather(cfg: OperatorBenchConfig) -> Contender:
+    from powerbench.ops.torch_backend import TorchSparseOps
+
+    return Contender("sparse_torch", "", TorchSparseOps(cfg.device))
+
+
+def _torch_csr(name: str, index_dtype: torch.dtype) -> Callable[[OperatorBenchConfig], Contender]:
+    def make(cfg: OperatorBenchConfig) -> Contender:
+        from powerbench.ops import csr_baseline
+
+        if cfg.device != "cpu":
+            raise ValueError(f"{name}: torch's CSR baseline is timed on the CPU only")
+        conventional = csr_baseline.ConventionalSparse(index_dtype, huge_pages=cfg.huge_pages)
+        return Contender(name, "", None, build=conventional.fn, runs=csr_baseline.supports)
+    return make
+
+
+# the conventional sparse operator (ops.csr_baseline), opt-in: int64 indices (torch's
+# default for a CSR matrix) and int32 (half the index bytes)
+CSR, CSR_I32 = "torch_csr", "torch_csr_i32"
+BASELINES: dict[str, Callable[[OperatorBenchConfig], Contender]] = {
+    "sparse_torch": _torch_gather, CSR: _torch_csr(CSR, torch.int64),
+    CSR_I32: _torch_csr(CSR_I32, torch.int32)}
+
+
 def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
     made: list[Contender] = []
     for name in cfg.backend_names():
-        if name == "sparse_torch":
-            from powerbench.ops.torch_backend import TorchSparseOps
-
-            made.append(Contender(name, "", TorchSparseOps(cfg.device)))
+        if name in BASELINES:
+            made.append(BASELINES[name](cfg))
             continue
+        if name not in BACKENDS:
+            raise ValueError(f"unknown operator backend {name!r}; valid: "
+                             f"{', '.join(sorted({*BACKENDS, *BASELINES}))}")
         ops = get_backend(name, fallback=False)
         loaded = getattr(ops, "isa", "")
         if not loaded:
@@ -272,6 +313,10 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                 dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
                 home: str, probe: SparseOps | None, log: Callable[[str], None]
                 ) -> list[ResultRow]:
+    skipped = [c.backend for c in contenders if not c.runs(DTYPES[case.dtype])]
+    if skipped:
+        log(f"# {case.op} {case.dtype}: {', '.join(skipped)} left out (no {case.dtype} kernel)")
+        contenders = [c for c in contenders if c.runs(DTYPES[case.dtype])]
     compiled = [c for c in contenders if c.isa]
     switch = len({(c.isa, c.variant) for c in compiled}) > 1 or any(c.variant for c in compiled)
     dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
@@ -285,8 +330,7 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
     per_sparsity = []
     for sparsity in cfg.sparsities:
         idx = active_ids(case.d_ffn, sparsity, gen, cfg.device)
-        calls = [c.wrap(sparse_fn(case.op, c.ops, layer, x, coeffs, idx), switch)
-                 for c in contenders]
+        calls = [c.wrap(c.fn(case.op, layer, x, coeffs, idx), switch) for c in contenders]
         # the gather probe over the same rows, in the same rounds (home path, default knobs)
         probes = [replace(home_call, isa=home).wrap(p, True) if switch else p
                   for p in probe_calls(probe, case.op, layer, idx)]

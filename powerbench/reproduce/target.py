@@ -96,6 +96,7 @@ class Target:
     command: tuple[str, ...] = ()
     command_quick: tuple[str, ...] = ()
     command_title: str = ""
+    command_setup: str = ""  # what the paper ran and how this target differs (report text)
     published: tuple[Published, ...] = field(default_factory=tuple)
     simulated: bool = True  # False: measured on this machine (the figure says where)
     # the figure's table from a frame of runs as `mlflow.search_runs` returns them (what
@@ -105,7 +106,7 @@ class Target:
     @property
     def plan(self) -> RunPlan:
         if self.experiment is None:
-            return RunPlan(self.command_title, ((),), self.command_quick)
+            return RunPlan(self.command_title, ((),), self.command_quick, self.command_setup)
         return run_plan(self.experiment)
 
     @property

@@ -7,6 +7,7 @@ also checked end to end on a quick sweep run through the CLI.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -170,6 +171,27 @@ def test_fig16_rows_from_the_operator_metrics(store, tmp_path):
     assert table.cpu_model.iloc[0]  # the run's host_cpu tag
     with pytest.raises(LookupError, match="task.device=cuda"):
         fig16.figure(tracking_uri=store, out_dir=tmp_path, device="cuda")
+
+
+def test_fig16_crossover_sparsity_interpolates_past_the_last_loss():
+    def table(backend, speedups, shape=fig16.PAPER_SHAPE):
+        return pd.DataFrame(dict(backend=backend, op="row", shape=shape, dtype="fp32", batch=1,
+                                 sparsity=list(speedups), speedup=list(speedups.values())))
+
+    csr = fig16.crossover("torch_csr")
+    # loses up to 80%, wins from 90%: 1 is crossed a third of the way from 0.8 to 0.9
+    assert csr(table("torch_csr", {0.0: 0.05, 0.5: 0.2, 0.8: 0.7, 0.9: 1.6, 0.99: 9})) == \
+        pytest.approx(0.8 + 0.3 / 0.9 * 0.1)
+    # a win below a later loss does not count: the last loss is at 80%
+    assert csr(table("torch_csr", {0.0: 0.5, 0.1: 1.2, 0.8: 0.9, 0.9: 1.1})) == \
+        pytest.approx(0.85)
+    assert csr(table("torch_csr", {0.0: 1.1, 0.5: 2.0})) == 0.0  # never loses
+    assert math.isnan(csr(table("torch_csr", {0.0: 0.1, 0.9: 0.9})))  # never wins
+    assert math.isnan(csr(table("torch_csr", {0.9: 2.0}, shape="4096x16384")))  # not measured
+    published = {p.label: p for p in TARGETS["fig16"].published}
+    assert [p.value for p in published.values()] == [0.87, 0.87, 0.10]
+    ours = next(p for label, p in published.items() if "neuron-aware" in label)
+    assert ours.upper_bound and ours.within(0.02) and not ours.within(0.2)
 
 
 def test_fig17_predictor_share_of_powerinfer_runs(store, tmp_path):
