@@ -188,8 +188,16 @@ def test_fig16_crossover_sparsity_interpolates_past_the_last_loss():
     assert csr(table("torch_csr", {0.0: 1.1, 0.5: 2.0})) == 0.0  # never loses
     assert math.isnan(csr(table("torch_csr", {0.0: 0.1, 0.9: 0.9})))  # never wins
     assert math.isnan(csr(table("torch_csr", {0.9: 2.0}, shape="4096x16384")))  # not measured
+    # against torch's dense matmul, 1.5x slower than the faster kernel: speedups x 1.5
+    kernels = pd.DataFrame(dict(backend="torch_dense", op="row", shape=fig16.PAPER_SHAPE,
+                                dtype="fp32", batch=1, sparsity=[0.0], speedup=[1 / 1.5],
+                                time_us=[3.0], dense_time_us=[2.0]))
+    rows = pd.concat([table("torch_csr", {0.5: 0.4, 0.8: 0.6, 0.9: 1.0}), kernels])
+    assert csr(rows) == pytest.approx(0.9)  # [0.6, 0.9, 1.5] after the rescaling:
+    assert fig16.crossover("torch_csr", against="torch_dense")(rows) == \
+        pytest.approx(0.8 + 0.1 * 0.1 / 0.6)
     published = {p.label: p for p in TARGETS["fig16"].published}
-    assert [p.value for p in published.values()] == [0.87, 0.87, 0.10]
+    assert [p.value for p in published.values()] == [0.87, 0.87, 0.87, 0.10]
     ours = next(p for label, p in published.items() if "neuron-aware" in label)
     assert ours.upper_bound and ours.within(0.02) and not ours.within(0.2)
 
