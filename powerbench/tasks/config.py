@@ -116,6 +116,8 @@ class BenchOperatorsTask:
     batches: list[int] | None = None
     sparsities: list[float] | None = None
     ops: list[str] | None = None
+    # sparse_torch, sparse_cpu, sparse_cuda, and the conventional CSR baselines torch_csr,
+    # torch_csr_i32 (CPU, fp32; ops.csr_baseline) (None: sparse_torch and the device's own)
     backends: list[str] | None = None
     isas: list[str] | None = None  # sparse_cpu ISA paths timed side by side (None: the loaded one)
     variants: list[str] | None = None  # sparse_cpu knob settings timed side by side (ops.cpu_knobs)
