@@ -139,9 +139,10 @@ TARGET = Target(
              "task.backends=[sparse_torch,torch_csr,torch_csr_i32,sparse_cpu]",
              "task.tag=_headline"),
     # the reduced run: the quick timing at a quarter of the headline's weights (64 MiB per
-    # matrix, still far beyond the last-level cache), so `--quick` checks the whole path in
-    # seconds, not the headline number
-    command_quick=("task.quick=true", "task.shapes=[2048x8192]", "task.sparsities=[0,0.5,0.9,0.99]"),
+    # matrix, still far beyond the last-level cache), 4 sparsities, one CSR baseline, so
+    # `--quick` checks the whole path in seconds, not the headline number
+    command_quick=("task.quick=true", "task.shapes=[2048x8192]",
+                   "task.sparsities=[0,0.5,0.9,0.99]", "task.backends=[torch_csr,sparse_cpu]"),
     command_title="Sparse operators vs dense (measured on this machine's CPU)",
     command_setup=("The paper: PC-Low's CPU, a [4096, 4096] x [4096, 1] product with rows "
                    "zeroed, against dense and PyTorch sparse (its layout and index type not "
