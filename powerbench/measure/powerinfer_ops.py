@@ -5,8 +5,10 @@ bandwidth. This benchmark measures what PowerInfer's code itself achieves here: 
 ggml (from a PowerInfer checkout: ggml.c, ggml-quants.c, ggml-alloc.c, ggml-backend.c)
 is compiled with our C driver (csrc/powerinfer_ffn_bench.c), which times
 `ggml_mul_mat_idx` (up rows whose predictor score passes the threshold) and `ggml_axpy`
-(the down projection over W_down^T rows), fp16, one token, 4096x16384, against ggml's
-dense `mul_mat` over the same matrices and a plain read of 1 GiB on the same threads.
+(the down projection over W_down^T rows), fp16, one token, 4096x16384 by default, against
+ggml's dense `mul_mat` over the same matrices and a plain read of 1 GiB on the same threads.
+Another shape and fp32 weights can be chosen (fp32: the up projection alone, which is the
+paper's Fig. 16 product at 4096x4096; this ggml's axpy reads fp16 or Q4_0 rows only).
 
 Variants are (build, threads): PowerInfer's `native` (-march=native, AVX-512 where the CPU
 has it) and `avx2` (-mavx2 -mfma -mf16c: the ISA of the papers' desktop CPUs, which have no
@@ -24,7 +26,6 @@ import os
 import shutil
 import statistics
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,10 +140,39 @@ def _compile(argv: list[str]) -> None:
         raise PowerInferSourceError(f"`{' '.join(argv)}` failed:\n{done.stderr[-3000:]}")
 
 
-def run_driver(binary: Path, threads: int, layers: int, passes: int, reps: int,
-               sparsities: Sequence[float]) -> DriverRun:
-    argv = [str(binary), str(threads), str(layers), str(passes), str(reps),
-            *(f"{s:g}" for s in sparsities)]
+@dataclass(frozen=True)
+class Workload:
+    """What every build runs: the shape, the weight dtype, the graph's size and the
+    sparsities."""
+
+    d_model: int = 4096
+    d_ffn: int = 16384
+    dtype: str = "fp16"  # fp16 | fp32 (fp32: the up projection alone)
+    layers: int = 4
+    passes: int = 8
+    reps: int = 5
+    sparsities: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)
+
+    @property
+    def shape(self) -> str:
+        return f"{self.d_model}x{self.d_ffn}"
+
+    @property
+    def up_only(self) -> bool:
+        return self.dtype == "fp32"
+
+    @property
+    def element_size(self) -> int:
+        return 4 if self.dtype == "fp32" else 2
+
+
+DTYPES = {"fp16": "f16", "fp32": "f32"}  # ours -> the driver's argument
+
+
+def run_driver(binary: Path, threads: int, work: Workload) -> DriverRun:
+    argv = [str(binary), str(threads), str(work.layers), str(work.passes), str(work.reps),
+            str(work.d_model), str(work.d_ffn), DTYPES[work.dtype],
+            *(f"{s:g}" for s in work.sparsities)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as err:
@@ -153,16 +183,14 @@ def run_driver(binary: Path, threads: int, layers: int, passes: int, reps: int,
     return parse_driver_output(done.stdout)
 
 
-D_MODEL, D_FFN = 4096, 16384  # the driver's shape (csrc/powerinfer_ffn_bench.c)
 OURS = "sparse_cpu"  # the build name of our operators' rows
 
 
-def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
-                   sparsities: Sequence[float], d_model: int = D_MODEL,
-                   d_ffn: int = D_FFN, flush_mb: int = 256) -> DriverRun:
+def sparse_cpu_run(threads: int, work: Workload, flush_mb: int = 256) -> DriverRun:
     """The driver's measurement with our operators (powerbench.ops `sparse_cpu`) in this
-    process: the same shape, fp16 weights, layers x passes per timed sequence, 256 MB read
-    before each, the same GB/s accounting; dense = our dense kernel (`prepare_linear`).
+    process: the same shape and weight dtype, the same ops (fp32: the up projection alone),
+    layers x passes per timed sequence, 256 MB read before each, the same GB/s accounting;
+    dense = our dense kernel (`prepare_linear`).
     Each layer call of a sequence has its own random active rows, as each of the driver's
     layer-nodes has; ffn_relu gets a bias that keeps every active row's ReLU positive, so
     it reads every active down row as the driver's axpy does (its input is nonzero there).
@@ -178,16 +206,20 @@ def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
     ops = get_backend(OURS, fallback=False)
     linear = ops.prepare_linear()
     gen = torch.Generator().manual_seed(0)
+    layers, d_model, d_ffn, reps = work.layers, work.d_model, work.d_ffn, work.reps
+    dtype = torch.float32 if work.dtype == "fp32" else torch.float16
 
     def weights(rows: int, cols: int) -> list[torch.Tensor]:
-        return [((torch.rand(rows, cols, generator=gen) - 0.5) / 4).to(torch.float16)
+        return [((torch.rand(rows, cols, generator=gen) - 0.5) / 4).to(dtype)
                 for _ in range(layers)]
 
-    up, down_t, down = weights(d_ffn, d_model), weights(d_ffn, d_model), weights(d_model, d_ffn)
+    up = weights(d_ffn, d_model)
+    down_t, down = ([], []) if work.up_only else (weights(d_ffn, d_model),
+                                                  weights(d_model, d_ffn))
     use_huge_pages_all([*up, *down_t, *down])
     x, h = torch.rand(1, d_model, generator=gen), torch.rand(1, d_ffn, generator=gen)
     b1 = torch.full((d_ffn,), 100.0)  # |w1[i] . x| < 100 here: every ReLU stays positive
-    nodes = layers * passes
+    nodes = layers * work.passes
     # the operator benchmark's timer: its flush is a single-threaded read (a torch.sum
     # flush leaves torch's workers spinning on the cores our kernels need: ops.bench_timing)
     timer = Timer("cpu", TimingPolicy(warmup=0, reps=reps, min_time_s=0.0, max_reps=reps,
@@ -201,23 +233,26 @@ def sparse_cpu_run(threads: int, layers: int, passes: int, reps: int,
         return timer.median(sequence)
 
     def timing(op: str, sparsity: float, rows: int, mats: int, seconds: float) -> OpTiming:
-        nbytes = nodes * mats * rows * d_model * 2
+        nbytes = nodes * mats * rows * d_model * work.element_size
         return OpTiming(op, sparsity, rows, seconds / nodes * 1e3, nbytes / seconds / 1e9)
 
     with torch_threads(threads):
-        found = [timing("dense_up", 0.0, d_ffn, 1, timed(lambda _, k: linear(x, up[k], None))),
-                 timing("dense_down", 0.0, d_ffn, 1, timed(
-                     lambda _, k: linear(h, down[k], None))),
-                 timing("dense_ffn", 0.0, d_ffn, 2, timed(
-                     lambda _, k: linear(linear(x, up[k], None), down[k], None)))]
-        for s in sparsities:
+        found = [timing("dense_up", 0.0, d_ffn, 1, timed(lambda _, k: linear(x, up[k], None)))]
+        if not work.up_only:
+            found += [timing("dense_down", 0.0, d_ffn, 1, timed(
+                          lambda _, k: linear(h, down[k], None))),
+                      timing("dense_ffn", 0.0, d_ffn, 2, timed(
+                          lambda _, k: linear(linear(x, up[k], None), down[k], None)))]
+        for s in work.sparsities:
             n_active = round((1 - s) * d_ffn)
             ids = [torch.sort(torch.randperm(d_ffn, generator=gen)[:n_active]).values
                    for _ in range(nodes)]
             c = torch.rand(1, n_active, generator=gen)
+            found.append(timing("sparse_up", s, n_active, 1, timed(
+                lambda n, k, ids=ids: ops.row(up[k], x, ids[n], check=False))))
+            if work.up_only:
+                continue
             found += [
-                timing("sparse_up", s, n_active, 1, timed(
-                    lambda n, k, ids=ids: ops.row(up[k], x, ids[n], check=False))),
                 timing("sparse_down", s, n_active, 1, timed(
                     lambda n, k, ids=ids, c=c: ops.axpy(down_t[k], c, ids[n], check=False))),
                 timing("sparse_ffn", s, n_active, 2, timed(
@@ -276,12 +311,16 @@ class PowerInferOpsConfig:
     build_root: Path
     isas: tuple[str, ...] = ("native", "avx2")
     threads: tuple[int, ...] = (1, 2)
-    layers: int = 4
-    passes: int = 8
-    reps: int = 5
+    work: Workload = Workload()
     rounds: int = 3
-    sparsities: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)
     ours: bool = True  # our sparse_cpu operators in the same rounds
+
+    @property
+    def report_name(self) -> str:
+        """powerinfer_ops for the default shape and dtype, else with both appended."""
+        default = Workload()
+        same = (self.work.shape, self.work.dtype) == (default.shape, default.dtype)
+        return "powerinfer_ops" + ("" if same else f"_{self.work.shape}_{self.work.dtype}")
 
 
 def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
@@ -295,22 +334,25 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
         raise PowerInferSourceError(f"this CPU runs none of the ISA builds {list(cfg.isas)} "
                                     f"(needs: {NEEDS}); task.isas=[native] always runs")
     binaries = {isa: build_driver(root, isa, cfg.build_root) for isa in isas}
-    args = (cfg.layers, cfg.passes, cfg.reps, cfg.sparsities)
-    runners = {isa: (lambda t, b=binaries[isa]: run_driver(b, t, *args)) for isa in isas}
+    work = cfg.work
+    runners = {isa: (lambda t, b=binaries[isa]: run_driver(b, t, work)) for isa in isas}
     if cfg.ours:
-        runners[OURS] = lambda t: sparse_cpu_run(t, *args)
+        runners[OURS] = lambda t: sparse_cpu_run(t, work)
     variants = {(build, t): (lambda run=run, t=t: run(t))
                 for build, run in runners.items() for t in cfg.threads}
     results = interleaved({f"{b} x{t}": fn for (b, t), fn in variants.items()}, cfg.rounds)
     runs = {(b, t): results[f"{b} x{t}"] for b, t in variants}
     skipped = [i for i in cfg.isas if i not in isas]
     commit = checkout_commit(root)
+    ops = "ggml_mul_mat_idx" if work.up_only else "ggml_mul_mat_idx, ggml_axpy"
+    row_kib = work.d_model * work.element_size / 1024
+    matrix_mib = work.d_model * work.d_ffn * work.element_size / 2**20
     return Report(
-        study="operators_cpu", name="powerinfer_ops", rows=report_rows(runs),
+        study="operators_cpu", name=cfg.report_name, rows=report_rows(runs),
         key=("build", "threads", "op", "sparsity_pct"),
-        title="PowerInfer's own CPU FFN operators (ggml_mul_mat_idx, ggml_axpy; fp16, "
-              "4096x16384, batch 1) beside ours, each against its dense product and a "
-              "plain read, this machine",
+        title=f"PowerInfer's own CPU {'up projection' if work.up_only else 'FFN'} operators "
+              f"({ops}; {work.dtype}, {work.shape}, batch 1) beside ours, each against its "
+              "dense product and a plain read, this machine",
         metrics=("gbps", "gbps_per_thread", "read_share", "dense_ffn_share",
                  "speedup_vs_dense", "ms_per_layer"),
         notes=[
@@ -319,19 +361,24 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
             "(powerbench/measure/csrc/powerinfer_ffn_bench.c).",
             "build native / avx2 (PowerInfer's): sparse_up is ggml_mul_mat_idx over the rows "
             "whose predictor score passes the threshold, sparse_down ggml_axpy over the "
-            "same rows of W_down^T, sparse_ffn both, dense_* ggml_mul_mat over every row. "
+            "same rows of W_down^T, sparse_ffn both, dense_* ggml_mul_mat over every row"
+            + (" (fp32: sparse_up and dense_up alone; this ggml's axpy reads fp16 or Q4_0 "
+               "rows only). " if work.up_only else ". ") +
             f"build {OURS} (ours, powerbench.ops): row, axpy, the fused ffn_relu, and our "
-            "dense kernel, on the same shape, fp16 weights on 2 MiB pages where the "
-            "kernel allows. GB/s counts the rows read (active rows x 8 KiB per matrix).",
-            f"A graph (ours: a sequence of calls) runs {cfg.layers} layers (128 MiB per "
-            f"matrix, each its own) {cfg.passes} times over: a graph costs more than its "
+            f"dense kernel, on the same shape, {work.dtype} weights on 2 MiB pages where the "
+            f"kernel allows. GB/s counts the rows read (active rows x {row_kib:g} KiB per "
+            "matrix).",
+            f"A graph (ours: a sequence of calls) runs {work.layers} layers ({matrix_mib:g} "
+            f"MiB per matrix, each its own) {work.passes} times over: a graph costs more than its "
             "layers (on the 2-vCPU EPYC where this was written, one sparse layer alone "
             "took ~4 ms longer on two threads than inside a long graph), which PowerInfer "
             "pays once per token; a 256 MB read runs before each graph. Each layer-node (ours: "
             "each call) has its own random active rows, so a pass does not find the last "
-            "pass's rows in the cache; ours' ffn_relu gets a bias that keeps every active "
-            "ReLU positive, so it reads every active down row, as the driver's axpy does. "
-            f"A process's figure is its median of {cfg.reps} graphs, a row the median over "
+            "pass's rows in the cache" + ("" if work.up_only else
+                                          "; ours' ffn_relu gets a bias that keeps every "
+                                          "active ReLU positive, so it reads every active "
+                                          "down row, as the driver's axpy does") + ". "
+            f"A process's figure is its median of {work.reps} graphs, a row the median over "
             f"{cfg.rounds} interleaved rounds.",
             "read_gbps: the driver's plain read of 1 GiB on that many threads, median over "
             "its processes (one read loop for every build); read_share = gbps / read_gbps; dense_ffn_share = gbps / the same build's dense "
@@ -342,7 +389,7 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
               if skipped else []),
         ],
         params={"isas": list(isas), "ours": cfg.ours, "threads": list(cfg.threads),
-                "layers": cfg.layers, "passes": cfg.passes, "reps": cfg.reps,
-                "rounds": cfg.rounds, "sparsities": list(cfg.sparsities),
-                "powerinfer_commit": commit},
+                "shape": work.shape, "dtype": work.dtype, "layers": work.layers,
+                "passes": work.passes, "reps": work.reps, "rounds": cfg.rounds,
+                "sparsities": list(work.sparsities), "powerinfer_commit": commit},
     )

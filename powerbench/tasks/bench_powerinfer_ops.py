@@ -4,9 +4,11 @@ read, on this machine (powerbench.measure.powerinfer_ops).
 
     powerbench bench-powerinfer-ops task.powerinfer_dir=/path/to/PowerInfer
         [task.isas=[native,avx2]] [task.threads=[1,2,4,8]] [task.publish=true]
+        [task.shape=4096x4096 task.dtype=fp32]    # PowerInfer's Fig. 16 product
 
-Reports through the measurement harness (study `operators_cpu`, report `powerinfer_ops`);
-`task.publish=true` also writes results/operators_cpu/powerinfer_ops.{md,csv}. Needs a C
+Reports through the measurement harness (study `operators_cpu`, report `powerinfer_ops`, or
+`powerinfer_ops_<shape>_<dtype>` for another shape or dtype); `task.publish=true` also
+writes results/operators_cpu/<report>.{md,csv}. Needs a C
 compiler and a PowerInfer checkout (git clone https://github.com/SJTU-IPADS/PowerInfer);
 without one it stops with that message.
 """
@@ -21,6 +23,7 @@ from powerbench.measure.harness import Report, run_benchmark
 from powerbench.measure.powerinfer_ops import (
     PowerInferOpsConfig,
     PowerInferSourceError,
+    Workload,
     check_checkout,
     powerinfer_ops_report,
     thread_counts,
@@ -35,9 +38,11 @@ def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
         checkout = check_checkout(task.powerinfer_dir)  # before the harness starts a job
     except PowerInferSourceError as err:
         raise SystemExit(str(err)) from None
+    d_model, d_ffn = task.dims
+    work = Workload(d_model=d_model, d_ffn=d_ffn, dtype=task.dtype, layers=task.layers,
+                    passes=task.passes, reps=task.reps, sparsities=tuple(task.sparsities))
     bench = PowerInferOpsConfig(
         checkout=checkout, build_root=cache_dir() / "powerinfer_ops",
         isas=tuple(task.isas), threads=tuple(task.threads or thread_counts(usable_cpus())),
-        layers=task.layers, passes=task.passes, reps=task.reps, rounds=task.rounds,
-        sparsities=tuple(task.sparsities), ours=task.ours)
+        work=work, rounds=task.rounds, ours=task.ours)
     return run_benchmark(cfg, out_dir, lambda: powerinfer_ops_report(bench), task.publish)

@@ -12,7 +12,7 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema_helpers import check_choice, check_range
+from powerbench.schema_helpers import ConfigRangeError, check_choice, check_range
 from powerbench.simulator.config import PrefillMode
 
 
@@ -146,12 +146,21 @@ class BenchPowerInferOpsTask:
     reps: int = 5  # graphs per process (its median)
     rounds: int = 3  # interleaved rounds of every (build, threads) run
     sparsities: list[float] = field(default_factory=lambda: [0.5, 0.8, 0.9, 0.95])
+    # d_model x d_ffn; fp16 | fp32 (fp32: the up projection alone, e.g. 4096x4096 fp32 is
+    # PowerInfer's Fig. 16 product; report powerinfer_ops_<shape>_<dtype> unless the default)
+    shape: str = "4096x16384"
+    dtype: str = "fp16"
     ours: bool = True  # our sparse_cpu operators timed the same way, in the same rounds
     publish: bool = False  # also write the report into results/operators_cpu/
 
     def __post_init__(self) -> None:
-        from powerbench.measure.powerinfer_ops import ISA_FLAGS
+        from powerbench.measure.powerinfer_ops import DTYPES, ISA_FLAGS
 
+        check_choice("task.dtype", self.dtype, tuple(DTYPES))
+        d_model, d_ffn = self.dims
+        check_range("task.shape's d_model", d_model, 64)
+        # ggml_mul_mat_idx gathers rows only above 1000 neurons (PowerInfer's ggml.c)
+        check_range("task.shape's d_ffn", d_ffn, 1000, low_open=True)
         for isa in self.isas:
             check_choice("task.isas", isa, tuple(ISA_FLAGS))
         for t in self.threads or ():
@@ -162,6 +171,15 @@ class BenchPowerInferOpsTask:
         check_range("task.passes", self.passes, 1, 64 // self.layers)
         check_range("task.reps", self.reps, 1, 64)
         check_range("task.rounds", self.rounds, 1)
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        """task.shape as (d_model, d_ffn); a clear error when it is not DxN."""
+        d_model, sep, d_ffn = self.shape.lower().partition("x")
+        if not (sep and d_model.isdigit() and d_ffn.isdigit()):
+            raise ConfigRangeError(f"task.shape={self.shape!r} is not d_model x d_ffn, "
+                                   "e.g. 4096x16384")
+        return int(d_model), int(d_ffn)
 
 
 @dataclass

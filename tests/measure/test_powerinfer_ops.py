@@ -15,6 +15,7 @@ from powerbench.measure.powerinfer_ops import (
     OpTiming,
     PowerInferOpsConfig,
     PowerInferSourceError,
+    Workload,
     build_driver,
     check_checkout,
     parse_driver_output,
@@ -81,8 +82,8 @@ def test_our_operators_are_timed_the_way_the_driver_times_ggml():
         get_backend("sparse_cpu", fallback=False)
     except BackendUnavailable as err:
         pytest.skip(str(err))
-    run = sparse_cpu_run(1, layers=2, passes=2, reps=1, sparsities=(0.5, 0.9), d_model=256,
-                         d_ffn=1024, flush_mb=4)
+    work = Workload(d_model=256, d_ffn=1024, layers=2, passes=2, reps=1, sparsities=(0.5, 0.9))
+    run = sparse_cpu_run(1, work, flush_mb=4)
     assert math.isnan(run.read_gbps)  # the report uses the driver's read
     cells = {(t.op, t.sparsity): t for t in run.ops}
     assert set(cells) == {(op, s) for op in ("sparse_up", "sparse_down", "sparse_ffn")
@@ -92,6 +93,11 @@ def test_our_operators_are_timed_the_way_the_driver_times_ggml():
     for t in run.ops:  # GB/s is the rows read over the time: 4 layer calls of 256 fp16 each
         mats = 2 if t.op.endswith("ffn") else 1
         assert t.gbps == pytest.approx(mats * t.active * 256 * 2 / (t.ms_per_layer * 1e6))
+    # fp32, as the driver runs it: the up projection alone, 4 bytes a weight
+    run = sparse_cpu_run(1, replace(work, dtype="fp32", sparsities=(0.9,)), flush_mb=4)
+    assert {(t.op, t.sparsity) for t in run.ops} == {("dense_up", 0.0), ("sparse_up", 0.9)}
+    for t in run.ops:
+        assert t.gbps == pytest.approx(t.active * 256 * 4 / (t.ms_per_layer * 1e6))
 
 
 def test_default_thread_counts_double_up_to_the_cores():
@@ -109,6 +115,14 @@ def test_task_options_are_checked_when_composed():
         BenchPowerInferOpsTask(threads=[0])
     with pytest.raises(ValueError, match="unknown ISA build 'sse'"):
         build_driver(None, "sse", None)
+    with pytest.raises(ConfigRangeError, match="task.dtype='bf16' is not an option; valid: "
+                       "fp16, fp32"):
+        BenchPowerInferOpsTask(dtype="bf16")
+    with pytest.raises(ConfigRangeError, match="task.shape='4096' is not d_model x d_ffn"):
+        BenchPowerInferOpsTask(shape="4096")
+    with pytest.raises(ConfigRangeError, match="1000 < task.shape's d_ffn"):
+        BenchPowerInferOpsTask(shape="4096x512")  # ggml_mul_mat_idx would not gather
+    assert BenchPowerInferOpsTask(shape="4096X4096", dtype="fp32").dims == (4096, 4096)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -127,7 +141,7 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
                       "int main(int c, char** v) { int t = atoi(v[1]);\n"
                       '  printf("read threads %d gbps %.3f\\n", t, 10.0 * t);\n'
                       '  printf("op sparse_up sparsity %s active 100 ms_per_layer 1.0 '
-                      'gbps %.3f\\n", v[5], 2.0 * t);\n'
+                      'gbps %.3f\\n", v[8], 2.0 * t);\n'
                       '  printf("op dense_ffn sparsity 0.0000 active 16384 ms_per_layer 9.0 '
                       'gbps %.3f\\n", 8.0 * t);\n  return 0; }\n')
     monkeypatch.setattr(pio, "DRIVER", driver)
@@ -138,9 +152,11 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
     assert build_driver(checkout, "avx2", build_root) != first  # a changed source rebuilds
 
     cfg = PowerInferOpsConfig(checkout=checkout, build_root=build_root, isas=("avx2",),
-                              threads=(1, 2), rounds=2, sparsities=(0.9,), ours=False)
+                              threads=(1, 2), rounds=2, work=Workload(sparsities=(0.9,)),
+                              ours=False)
     report = powerinfer_ops_report(cfg)
     assert report.study == "operators_cpu" and report.name == "powerinfer_ops"
+    assert "fp16, 4096x16384" in report.title and "x 8 KiB per matrix" in report.notes[1]
     by_key = {(r["threads"], r["op"]): r for r in report.rows}
     assert set(by_key) == {(1, "sparse_up"), (1, "dense_ffn"), (2, "sparse_up"),
                            (2, "dense_ffn")}
@@ -155,5 +171,11 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
                                            rounds=1))
     assert {r["build"] for r in report.rows} == {"native"}
     assert report.notes[-1] == "Not run: avx2 (this CPU lacks its instructions)."
+    # another shape and dtype: its own report, the shape and the row bytes on the page
+    report = powerinfer_ops_report(replace(cfg, isas=("native",), threads=(1,), rounds=1,
+                                           work=Workload(4096, 4096, "fp32", sparsities=(0.1,))))
+    assert report.name == "powerinfer_ops_4096x4096_fp32"
+    assert "up projection" in report.title and "fp32, 4096x4096" in report.title
+    assert "x 16 KiB per matrix" in report.notes[1] and report.params["dtype"] == "fp32"
     with pytest.raises(PowerInferSourceError, match=r"runs none of the ISA builds \['avx2'\]"):
         powerinfer_ops_report(replace(cfg, isas=("avx2",)))
