@@ -350,8 +350,8 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
     return Report(
         study="operators_cpu", name=cfg.report_name, rows=report_rows(runs),
         key=("build", "threads", "op", "sparsity_pct"),
-        title=f"PowerInfer's own CPU {'up projection' if work.up_only else 'FFN'} operators "
-              f"({ops}; {work.dtype}, {work.shape}, batch 1) beside ours, each against its "
+        title=f"PowerInfer's own CPU {'up-projection operator' if work.up_only else 'FFN operators'}"
+              f" ({ops}; {work.dtype}, {work.shape}, batch 1) beside ours, each against its "
               "dense product and a plain read, this machine",
         metrics=("gbps", "gbps_per_thread", "read_share", "dense_ffn_share",
                  "speedup_vs_dense", "ms_per_layer"),

@@ -175,7 +175,7 @@ def test_build_run_and_report_with_a_stand_in_checkout(tmp_path, monkeypatch):
     report = powerinfer_ops_report(replace(cfg, isas=("native",), threads=(1,), rounds=1,
                                            work=Workload(4096, 4096, "fp32", sparsities=(0.1,))))
     assert report.name == "powerinfer_ops_4096x4096_fp32"
-    assert "up projection" in report.title and "fp32, 4096x4096" in report.title
+    assert "up-projection operator (" in report.title and "fp32, 4096x4096" in report.title
     assert "x 16 KiB per matrix" in report.notes[1] and report.params["dtype"] == "fp32"
     with pytest.raises(PowerInferSourceError, match=r"runs none of the ISA builds \['avx2'\]"):
         powerinfer_ops_report(replace(cfg, isas=("avx2",)))
