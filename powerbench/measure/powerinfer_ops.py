@@ -364,8 +364,9 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
             "same rows of W_down^T, sparse_ffn both, dense_* ggml_mul_mat over every row"
             + (" (fp32: sparse_up and dense_up alone; this ggml's axpy reads fp16 or Q4_0 "
                "rows only). " if work.up_only else ". ") +
-            f"build {OURS} (ours, powerbench.ops): row, axpy, the fused ffn_relu, and our "
-            f"dense kernel, on the same shape, {work.dtype} weights on 2 MiB pages where the "
+            f"build {OURS} (ours, powerbench.ops): "
+            + ("row" if work.up_only else "row, axpy, the fused ffn_relu,") +
+            f" and our dense kernel, on the same shape, {work.dtype} weights on 2 MiB pages where the "
             f"kernel allows. GB/s counts the rows read (active rows x {row_kib:g} KiB per "
             "matrix).",
             f"A graph (ours: a sequence of calls) runs {work.layers} layers ({matrix_mib:g} "
