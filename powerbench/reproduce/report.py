@@ -138,6 +138,12 @@ def _error(c: Comparison) -> str:
     return f"{c.error:+.3g}" if c.published.absolute else f"{100 * c.error:+.1f}%"
 
 
+def _within(c: Comparison) -> str:
+    """yes / no, or n/a where this run's table has no number for the row (it counts as
+    not within)."""
+    return "n/a" if not math.isfinite(c.ours) else "yes" if c.within else "no"
+
+
 def _tolerance(p: Published) -> str:
     if p.upper_bound:
         return f"at most {p.value:g}"
@@ -200,7 +206,7 @@ def comparison_table(comparisons: list[Comparison]) -> str:
     for c in comparisons:
         p = c.published
         lines.append(f"| {p.label} | {p.value:g} | {_number(c.ours)} | {_error(c)} | "
-                     f"{_tolerance(p)} | {'yes' if c.within else 'no'} | "
+                     f"{_tolerance(p)} | {_within(c)} | "
                      f"{_kind(p)} | {p.source} |")
     return "\n".join(lines)
 

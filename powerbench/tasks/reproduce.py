@@ -17,6 +17,7 @@ failing target does not stop the others; the task exits non-zero at the end nami
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -135,8 +136,10 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     print(f"\n{report}")
     for result in results:
         for c in result.comparisons:
+            verdict = ("not measured in this run" if not math.isfinite(c.ours) else
+                       f"{'within' if c.within else 'OUTSIDE'} tolerance")
             print(f"  {result.target.name}: {c.published.label}: paper {c.published.value:g}, "
-                  f"ours {c.ours:.4g} ({'within' if c.within else 'OUTSIDE'} tolerance)")
+                  f"ours {c.ours:.4g} ({verdict})")
     outcomes = {t.name: outcomes[t.name] for t in to_run}  # in the order named
     failed = [o.name for o in outcomes.values() if not o.ok]
     if failed:
