@@ -37,6 +37,9 @@ def test_csr_stores_only_the_active_rows_and_columns(gen):
     idx = torch.tensor([7, 2])  # unsorted: CSR keeps row order
     rows = csr_baseline.csr_rows(w, idx)
     assert rows.values().numel() == 2 * 5 and rows.col_indices().dtype == torch.int64
+    for m in (rows, csr_baseline.csr_columns(w, idx, torch.int32)):  # torch's own checks
+        torch.sparse_csr_tensor(m.crow_indices(), m.col_indices(), m.values(), m.shape,
+                                check_invariants=True)
     dense = rows.to_dense()
     assert torch.equal(dense[[2, 7]], w[[2, 7]]) and dense[[0, 1, 3, 4, 5, 6, 8]].abs().sum() == 0
     cols = csr_baseline.csr_columns(w, idx, torch.int32).to_dense()  # W = w^T [5, 9]
