@@ -359,11 +359,12 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
         same_rounds = {**base, "dense_gbps": full_bytes / t_dense / 1e9}
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
+            p25, p75 = round_spread(dense_s[best], s)
             rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
                                   sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
                                   speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **limit,
-                                  **same_rounds))
+                                  speedup_p25=p25, speedup_p75=p75, **same_rounds))
             log(format_row(rows[-1]))
     for name in dense_names:
         t = medians[name]
@@ -373,6 +374,16 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                               **base))
         log(format_row(rows[-1]))
     return rows
+
+
+def round_spread(dense: list[float], sparse: list[float]) -> tuple[float, float]:
+    """Quartiles of the speedup within each round (dense[r] / sparse[r]: the two calls of a
+    round ran side by side); NaN with fewer than two rounds."""
+    ratios = [d / t for d, t in zip(dense, sparse, strict=True)]
+    if len(ratios) < 2:
+        return float("nan"), float("nan")
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, q3
 
 
 def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print

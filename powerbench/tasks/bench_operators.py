@@ -30,10 +30,10 @@ from powerbench.threads import torch_threads
 
 KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
 SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
-         "dense_time_us", "speedup", "ideal_speedup", "achieved_gbps", "dense_gbps",
+         "dense_time_us", "speedup", "speedup_p25", "speedup_p75", "ideal_speedup", "achieved_gbps", "dense_gbps",
          "dense_fraction", "bandwidth_fraction", "ceiling_gbps", "ceiling_fraction",
          "ceiling_speedup")
-METRICS = ("time_us", "dense_time_us", "speedup", "achieved_gbps", "dense_gbps",
+METRICS = ("time_us", "dense_time_us", "speedup", "speedup_p25", "speedup_p75", "achieved_gbps", "dense_gbps",
            "dense_fraction", "ceiling_gbps", "ceiling_fraction", "ceiling_speedup")
 
 
@@ -74,8 +74,10 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                f"thread(s)",
                f"dense = the faster of torch_dense (torch.matmul) and ours_dense (our dense "
                f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
-               "speedup = dense time / sparse time, interleaved in the same run; ideal = "
-               "1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s",
+               "speedup = dense time / sparse time, interleaved in the same run (medians); "
+               "speedup_p25 / _p75 = the quartiles of the speedup within each round (the "
+               "rounds' spread); ideal = 1/(1-s); dense_fraction = achieved GB/s / the dense "
+               "kernel's GB/s",
                *ceiling_notes(rows, bandwidth.gbps), huge_page_note(rows, bench.huge_pages),
                *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},

@@ -12,7 +12,7 @@ import pytest
 
 from powerbench.ops import bench
 from powerbench.ops.bench_ceiling import PROBES
-from powerbench.ops.bench_report import ResultRow
+from powerbench.ops.bench_report import ResultRow, target_notes
 from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.paths import repo_root
 from powerbench.tasks.bench_operators import operator_bench_config
@@ -68,6 +68,12 @@ def test_tiny_benchmark_reports_through_the_harness(tmp_path, backends, cpu_ops,
         es = 4 if r["dtype"] == "fp32" else 2
         weight_bytes = bench.MATRICES[r["op"]] * n_active * 64 * es
         assert math.isclose(float(r["ceiling_gbps"]), weight_bytes / ceil_t / 1e3, rel_tol=1e-3)
+    # every sparse row has its rounds' spread of the speedup; dense rows none
+    for r in rows:
+        if r["backend"] in ("torch_dense", "ours_dense"):
+            assert r["speedup_p25"] in ("", "nan") and r["speedup_p75"] in ("", "nan")
+        else:
+            assert 0 < float(r["speedup_p25"]) <= float(r["speedup_p75"])
     # the faster dense kernel is the reference: its own row's speedup is 1
     best = [r for r in rows if r["backend"] == r["dense_kernel"]]
     assert best and all(math.isclose(float(r["speedup"]), 1.0) for r in best)
@@ -175,3 +181,26 @@ def test_rounds_shuffle_so_no_call_always_follows_the_same_one():
     assert all(sorted(r) == list("abcd") for r in rounds)  # each call once per round
     before_b = {r[r.index("b") - 1] for r in rounds if not r.startswith("b")}
     assert len(rounds) == 4 and len(set(rounds)) > 1 and len(before_b) > 1
+
+
+def test_round_spread_is_the_quartiles_of_the_per_round_speedups():
+    # rounds side by side: dense / sparse = 2, 4, 6, 8 (the medians' ratio would be 5)
+    p25, p75 = bench.round_spread([2.0, 8.0, 6.0, 4.0], [1.0, 2.0, 1.0, 0.5])
+    assert (p25, p75) == (3.5, 6.5)
+    assert all(math.isnan(v) for v in bench.round_spread([2.0], [1.0]))
+
+
+def test_a_missed_target_says_whether_the_rounds_reach_it():
+    def row(speedup, p75):
+        return ResultRow(device="cpu", backend="sparse_cpu", isa="avx512", op="axpy",
+                         shape="4096x16384", dtype="fp32", batch=1, sparsity=0.9,
+                         time_us=1.0, dense_kernel="ours_dense", dense_time_us=speedup,
+                         speedup=speedup, achieved_gbps=1.0, dense_gbps=1.0,
+                         bandwidth_gbps=1.0, speedup_p25=speedup - 0.5, speedup_p75=p75)
+
+    (note,) = target_notes([row(7.9, 8.3)])
+    assert "90% 7.90x MISSED, inside the rounds' spread (p75 8.30x) (>= 8)" in note
+    (note,) = target_notes([row(7.5, 7.9)])
+    assert "90% 7.50x MISSED (>= 8)" in note
+    (note,) = target_notes([row(8.1, 8.3)])
+    assert "90% 8.10x (>= 8)" in note
