@@ -1,16 +1,26 @@
-"""`torch_threads(n)`: torch's intra-op thread count set inside a block, then restored."""
+"""Thread counts: `torch_threads(n)` sets torch's intra-op thread count inside a block, then
+restores it; `doubling_counts(n)` lists the counts a sweep over threads tries."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
+
+def doubling_counts(up_to: int) -> list[int]:
+    """1, 2, 4, ... below `up_to`, then `up_to` itself (at least 1)."""
+    counts, t = [], 1
+    while t < up_to:
+        counts.append(t)
+        t *= 2
+    return [*counts, max(up_to, 1)]
 
 
 @contextmanager
 def torch_threads(threads: int) -> Iterator[int]:
     """`torch.set_num_threads(threads)` inside the block when threads > 0; yields the count."""
+    import torch  # here, so the thread-count helpers import without torch
+
     previous = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)

@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from powerbench.threads import doubling_counts
+
 PROBE_CALLS = 16  # decode calls per candidate thread count (first one untimed)
 
 
@@ -57,11 +59,7 @@ class ThreadChoice:
     @classmethod
     def of(cls, threads: int | str, available: int) -> ThreadChoice:
         if threads == "auto":
-            counts, k = [], 1
-            while k < available:
-                counts.append(k)
-                k *= 2
-            return cls(counts + [max(available, 1)])
+            return cls(doubling_counts(available))
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"engine.ffn.cpu_threads={threads!r}: a thread count >= 1 or "
                              f"'auto' (measured over the first decode calls)")

@@ -49,6 +49,7 @@ from powerbench.hardware.hardware_profile import (
 from powerbench.hardware.storage import measure_storage
 from powerbench.load_window import LoadWindow
 from powerbench.paths import cache_dir as resolve_cache_dir
+from powerbench.threads import doubling_counts
 
 KernelMeasure = Callable[[LocalHardwareConfig, int], tuple[KernelRates, ...]]
 
@@ -78,11 +79,7 @@ def fingerprint(facts: dict[str, Any] | None = None) -> str:
 def _thread_counts(cfg: LocalHardwareConfig, ncpu: int) -> list[int]:
     if cfg.threads:
         return sorted({max(1, int(t)) for t in cfg.threads})
-    counts, t = [], 1
-    while t < ncpu:
-        counts.append(t)
-        t *= 2
-    return counts + [ncpu]
+    return doubling_counts(ncpu)
 
 
 # ---- measurement --------------------------------------------------------------------------

@@ -296,15 +296,6 @@ def report_rows(runs: dict[tuple[str, int], list[DriverRun]]) -> list[dict]:
     return rows
 
 
-def thread_counts(cores: int) -> tuple[int, ...]:
-    """1, 2, 4, ... below `cores`, and `cores`: how the gather's rate grows with threads."""
-    counts, t = [], 1
-    while t < cores:
-        counts.append(t)
-        t *= 2
-    return (*counts, max(cores, 1))
-
-
 @dataclass(frozen=True)
 class PowerInferOpsConfig:
     checkout: Path

@@ -26,10 +26,10 @@ from powerbench.measure.powerinfer_ops import (
     Workload,
     check_checkout,
     powerinfer_ops_report,
-    thread_counts,
 )
 from powerbench.paths import cache_dir
 from powerbench.tasks.config import BenchPowerInferOpsTask
+from powerbench.threads import doubling_counts
 
 
 def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
@@ -43,6 +43,6 @@ def bench_powerinfer_ops(task: BenchPowerInferOpsTask, cfg: PowerbenchConfig,
                     passes=task.passes, reps=task.reps, sparsities=tuple(task.sparsities))
     bench = PowerInferOpsConfig(
         checkout=checkout, build_root=cache_dir() / "powerinfer_ops",
-        isas=tuple(task.isas), threads=tuple(task.threads or thread_counts(usable_cpus())),
+        isas=tuple(task.isas), threads=tuple(task.threads or doubling_counts(usable_cpus())),
         work=work, rounds=task.rounds, ours=task.ours)
     return run_benchmark(cfg, out_dir, lambda: powerinfer_ops_report(bench), task.publish)

@@ -22,10 +22,10 @@ from powerbench.measure.powerinfer_ops import (
     powerinfer_ops_report,
     report_rows,
     sparse_cpu_run,
-    thread_counts,
 )
 from powerbench.schema_helpers import ConfigRangeError
 from powerbench.tasks.config import BenchPowerInferOpsTask
+from powerbench.threads import doubling_counts
 
 OUTPUT = """read threads 2 gbps 30.000
 op sparse_up sparsity 0.9000 active 1638 ms_per_layer 1.1000 gbps 12.000
@@ -101,10 +101,11 @@ def test_our_operators_are_timed_the_way_the_driver_times_ggml():
 
 
 def test_default_thread_counts_double_up_to_the_cores():
-    assert thread_counts(1) == (1,)
-    assert thread_counts(2) == (1, 2)
-    assert thread_counts(6) == (1, 2, 4, 6)
-    assert thread_counts(16) == (1, 2, 4, 8, 16)
+    assert doubling_counts(1) == [1]
+    assert doubling_counts(2) == [1, 2]
+    assert doubling_counts(6) == [1, 2, 4, 6]
+    assert doubling_counts(16) == [1, 2, 4, 8, 16]
+    assert doubling_counts(0) == [1]
 
 
 def test_task_options_are_checked_when_composed():
