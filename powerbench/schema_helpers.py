@@ -63,6 +63,15 @@ def check_range(setting: str, value: float | None, low: float | None = None,
         raise ConfigRangeError(f"{setting}={value} is out of range; valid: {lo}{setting}{hi}")
 
 
+def parse_shape(setting: str, text: str) -> tuple[int, int]:
+    """``"4096x16384"`` -> (d_model, d_ffn); ConfigRangeError naming `setting` unless the
+    text is two positive integers joined by an x."""
+    d_model, sep, d_ffn = str(text).lower().partition("x")
+    if not (sep and d_model.isdigit() and d_ffn.isdigit() and int(d_model) and int(d_ffn)):
+        raise ConfigRangeError(f"{setting}={text!r} is not d_model x d_ffn, e.g. 4096x16384")
+    return int(d_model), int(d_ffn)
+
+
 def check_choice(setting: str, value: str | None, valid: Sequence[str]) -> None:
     """ConfigRangeError naming `setting` and the valid values unless `value` is one of them
     (None passes: the default). Called from `__post_init__`, so a bad value fails when the

@@ -47,6 +47,7 @@ from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 from powerbench.ops.interface import SparseOps
 from powerbench.ops.registry import BACKENDS, get_backend
+from powerbench.schema_helpers import parse_shape
 
 SHAPES = ("4096x11008", "4096x16384", "8192x28672")
 SPARSITIES = (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
@@ -91,12 +92,6 @@ QUICK = OperatorBenchConfig(
     timing=TimingPolicy(warmup=1, reps=3, min_time_s=0.05),
     bandwidth_mb=256,
 )
-
-
-def parse_shape(shape: str) -> tuple[int, int]:
-    """``"4096x16384"`` -> (d_model, d_ffn)."""
-    d_model, d_ffn = (int(v) for v in shape.lower().split("x"))
-    return d_model, d_ffn
 
 
 @dataclass
@@ -401,7 +396,7 @@ def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print
     try:
         with torch.inference_mode():
             for shape in cfg.shapes:
-                d_model, d_ffn = parse_shape(shape)
+                d_model, d_ffn = parse_shape("task.shapes", shape)
                 for dtype_name in cfg.dtypes:
                     dtype = DTYPES[dtype_name]
                     layer = LayerData.make(d_model, d_ffn, dtype, cfg.device, gen)

@@ -12,7 +12,7 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
-from powerbench.schema_helpers import ConfigRangeError, check_choice, check_range
+from powerbench.schema_helpers import check_choice, check_range, parse_shape
 from powerbench.simulator.config import PrefillMode
 
 
@@ -129,6 +129,10 @@ class BenchOperatorsTask:
     plot: bool = True
     publish: bool = False  # also write the report into results/operators_<device>/
 
+    def __post_init__(self) -> None:
+        for shape in self.shapes or ():
+            parse_shape("task.shapes", shape)
+
 
 @dataclass
 class BenchPowerInferOpsTask:
@@ -174,12 +178,8 @@ class BenchPowerInferOpsTask:
 
     @property
     def dims(self) -> tuple[int, int]:
-        """task.shape as (d_model, d_ffn); a clear error when it is not DxN."""
-        d_model, sep, d_ffn = self.shape.lower().partition("x")
-        if not (sep and d_model.isdigit() and d_ffn.isdigit()):
-            raise ConfigRangeError(f"task.shape={self.shape!r} is not d_model x d_ffn, "
-                                   "e.g. 4096x16384")
-        return int(d_model), int(d_ffn)
+        """task.shape as (d_model, d_ffn)."""
+        return parse_shape("task.shape", self.shape)
 
 
 @dataclass

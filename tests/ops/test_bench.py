@@ -15,6 +15,7 @@ from powerbench.ops.bench_ceiling import PROBES
 from powerbench.ops.bench_report import ResultRow, target_notes
 from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
 from powerbench.paths import repo_root
+from powerbench.schema_helpers import ConfigRangeError, parse_shape
 from powerbench.tasks.bench_operators import operator_bench_config
 from powerbench.tasks.config import BenchOperatorsTask
 
@@ -94,7 +95,10 @@ def test_touched_bytes_counts_active_rows_only():
 def test_quick_config_and_shape_parsing():
     cfg = operator_bench_config(BenchOperatorsTask(quick=True))
     assert cfg.shapes == ("4096x16384",) and cfg.dtypes == ("fp32",) and cfg.batches == (1,)
-    assert bench.parse_shape("8192x28672") == (8192, 28672)
+    assert parse_shape("task.shapes", "8192X28672") == (8192, 28672)
+    for bad in ("4096", "4096x", "0x16384", "4096x16384x2", "ax16384"):
+        with pytest.raises(ConfigRangeError, match=f"task.shapes={bad!r} is not d_model x d_ffn"):
+            BenchOperatorsTask(shapes=[bad])
     full = operator_bench_config(BenchOperatorsTask())
     assert full.shapes == ("4096x11008", "4096x16384", "8192x28672")
     assert full.sparsities == (0.0, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99)
