@@ -60,7 +60,8 @@ SETTINGS = ({}, {"prefetch_bytes": 64, "run_kb": 1}, {"prefetch_bytes": 65536, "
             {"one_slot_adjacent_pct": 1}, {"one_slot_adjacent_pct": 95},
             {"one_slot_adjacent_pct": 1, "prefetch_bytes": 65536},
             {"stream_loop": 0}, {"stream_loop": 0, "one_slot_adjacent_pct": 1},
-            {"axpy_min_slots": 1}, {"axpy_min_slots": 8})
+            {"axpy_min_slots": 1}, {"axpy_min_slots": 8},
+            {"axpy_split_chain": 0}, {"axpy_split_chain": 2})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -111,8 +112,8 @@ def test_calls_at_a_steady_pace_with_sleeping_helpers(cpu_ops, gen, wake_ahead_u
 # consecutive (knob one_slot_adjacent_pct 95) or with 4 slots, and 8 (AVX-512) or 4 where
 # they are scattered (knob wide_adjacent_pct 60 or 0), or 8 for every gather and the dense
 # kernel (101, the default).
-SLOT_SETTINGS = ({"one_slot_adjacent_pct": 95, "wide_adjacent_pct": 60},
-                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0},
+SLOT_SETTINGS = ({"one_slot_adjacent_pct": 95, "wide_adjacent_pct": 60, "axpy_split_chain": 0},
+                 {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 0, "axpy_split_chain": 2},
                  {"one_slot_adjacent_pct": 0, "wide_adjacent_pct": 101})  # 8 slots, dense too
 LONG_ROWS = ((97, 2085), (41, 4133))
 
@@ -123,7 +124,8 @@ def test_long_odd_rows_on_every_path_under_both_stream_loops(cpu_ops, isa, gen, 
     """The batch-1 row loops with the prefetch cut at the row switch (stream_loop 1) and with
     a select per line (0), on every ISA path, against float64: row, axpy (fp32: two slots
     at least, knob axpy_min_slots), the gated FFN and the dense kernel, under each slot
-    rule (one slot, 4, 8)."""
+    rule (one slot, 4, 8), the batch-1 axpy with one FMA chain per row group and with two
+    (knob axpy_split_chain 0, 2, and the default: two for fp32 rows)."""
     try:
         for slots, (n, k) in itertools.product(SLOT_SETTINGS, LONG_ROWS):
             cpu_ops.set_knobs({"stream_loop": loop, **slots})

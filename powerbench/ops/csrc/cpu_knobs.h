@@ -24,6 +24,8 @@ enum Knob : int {
   kKnobOneSlotAdjacentPct, // batch 1: one row slot where >= this % of ids do (0: off)
   kKnobStreamLoop,         // 1: row loops prefetch without a per-line select (RowStreams::loop)
   kKnobAxpyMinSlots,       // batch-1 axpy of fp32 rows: at least this many row slots per thread
+  kKnobAxpySplitChain,     // batch-1 axpy: a row group in 2 FMA chains from zero, + out at the end
+                           // (0: off, 1: fp32 rows, 2: all rows)
   kKnobCount
 };
 
@@ -47,13 +49,14 @@ inline constexpr KnobSpec kKnobSpecs[kKnobCount] = {
     {"one_slot_adjacent_pct", 0, 0, 100},
     {"stream_loop", 1, 0, 1},
     {"axpy_min_slots", 2, 1, 8},
+    {"axpy_split_chain", 1, 0, 2},
 };
 
 inline std::atomic<int64_t> g_knobs[kKnobCount] = {
     kKnobSpecs[0].value, kKnobSpecs[1].value, kKnobSpecs[2].value,
     kKnobSpecs[3].value, kKnobSpecs[4].value, kKnobSpecs[5].value, kKnobSpecs[6].value,
     kKnobSpecs[7].value, kKnobSpecs[8].value, kKnobSpecs[9].value, kKnobSpecs[10].value,
-    kKnobSpecs[11].value};
+    kKnobSpecs[11].value, kKnobSpecs[12].value};
 
 inline int64_t knob(Knob k) { return g_knobs[k].load(std::memory_order_relaxed); }
 

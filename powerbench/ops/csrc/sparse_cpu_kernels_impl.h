@@ -785,14 +785,50 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
 }
 
 // out[c0:c1] += sum_q c[q] * rows[q][c0:c1] for one token (weights converted on the fly).
+// Knob axpy_split_chain (default 1: fp32 rows): the Q rows' products are summed in two FMA
+// chains that start from zero, and `out` is added at the end, instead of one chain of Q
+// FMAs that starts from the loaded `out`. The output vector (16 KiB at d_model 4096) has
+// left L1 by the time the next row group comes to it (8 rows of 16 KiB stream through
+// between), so the one chain waited on an L2 load before its first FMA and then ran Q
+// FMAs in series (4 cycles each on Zen 4); the split chains start at once and are half as
+// long. Which of the two matters was not separated (no performance counters here).
+// Same-process A/Bs (bench-operators task.variants, 4096x16384 b1, 8 runs, 2026-11-27
+// 12:39-12:42 UTC, load 1.4-1.7), speedup over dense, median of the runs, 0 -> 1:
+//  - fp32 axpy: 0.948x -> 1.020x at 0% (faster in 8 of 8 runs), 1.066x -> 1.088x at 10%
+//    (6 of 8), 1.855x -> 1.975x at 50% (7 of 8), 9.47x -> 9.92x at 90% (6 of 8);
+//    fp32 ffn_relu 1.924x -> 2.036x at 50% (8 of 8), even at 0% (0.970x vs 0.965x);
+//  - fp16 rows (setting 2): faster in 35 of 64 (run, cell) pairs, ffn_relu at 90% slower
+//    in 7 of 8 (8.88x -> 8.50x): so 16-bit rows keep the one chain.
+// Whole-model decode, 1 vs 0 in the same rounds (bench-decode task.variants): OPT-6.7B
+// shape fp32, 8 layers, 2 threads (12:44 UTC) sparse 6.70 vs 6.66 tok/s, dense 2.94 vs 2.89;
+// SmolLM2-135M, oracle, 1 thread (13:17 UTC) sparse 28.0 vs 28.1, dense 20.8 vs 20.7: even.
 template <typename WT, int Q>
 inline void axpy_group_b1(const WT* const* rows, const float* c, float* out, int64_t c0,
                           int64_t c1, const RowStreams& pf) {
   V cv[Q];
   for (int q = 0; q < Q; ++q) cv[q] = vset1(c[q]);
   int64_t k = c0;
+  const int64_t split_at = knob(kKnobAxpySplitChain);
+  const bool split = split_at == 2 || (split_at == 1 && sizeof(WT) == sizeof(float));
   with_streams<Q>(pf, [&](auto streams) {
     constexpr int S = decltype(streams)::value;
+    if (split) {
+      k = pf.loop<S, 2 * kW, int64_t(sizeof(WT))>(k, c1, [&](int64_t kk) {
+        V a0 = vmul(cv[0], vload(rows[0] + kk)), a1 = vmul(cv[0], vload(rows[0] + kk + kW));
+        V b0 = vzero(), b1 = vzero();
+        for (int q = 1; q < Q; q += 2) {
+          b0 = vfma(cv[q], vload(rows[q] + kk), b0);
+          b1 = vfma(cv[q], vload(rows[q] + kk + kW), b1);
+          if (q + 1 < Q) {
+            a0 = vfma(cv[q + 1], vload(rows[q + 1] + kk), a0);
+            a1 = vfma(cv[q + 1], vload(rows[q + 1] + kk + kW), a1);
+          }
+        }
+        vstore(out + kk, vadd(vload(out + kk), vadd(a0, b0)));
+        vstore(out + kk + kW, vadd(vload(out + kk + kW), vadd(a1, b1)));
+      });
+      return;
+    }
     k = pf.loop<S, 2 * kW, int64_t(sizeof(WT))>(k, c1, [&](int64_t kk) {
       V y0 = vload(out + kk), y1 = vload(out + kk + kW);
       for (int q = 0; q < Q; ++q) {
