@@ -149,7 +149,10 @@ TARGET = Target(
                    "given). Here: this machine's CPU, fp32, batch 1, that shape (op row) and "
                    "the 4096x16384 FFN (all four ops); PyTorch sparse as its CSR product with "
                    "int64 and with int32 indices (the CSR built untimed), beside torch's "
-                   "gather-then-matmul and our operator, which stands in for PowerInfer's."),
+                   "gather-then-matmul and our operator, which stands in for PowerInfer's. "
+                   "PowerInfer's own operator on the same product, from its ggml: "
+                   "`powerbench bench-powerinfer-ops task.shape=4096x4096 task.dtype=fp32` "
+                   "(needs a PowerInfer checkout; results/operators_cpu)."),
     published=(
         Published("sparsity beyond which the conventional sparse operator beats dense "
                   "(torch CSR, int64 indices)", CONVENTIONAL_CROSSOVER, crossover("torch_csr"),
