@@ -798,7 +798,9 @@ void gated_impl(const WT* wg, const WT* wu, int64_t K, const float* x, int64_t B
 //    (6 of 8), 1.855x -> 1.975x at 50% (7 of 8), 9.47x -> 9.92x at 90% (6 of 8);
 //    fp32 ffn_relu 1.924x -> 2.036x at 50% (8 of 8), even at 0% (0.970x vs 0.965x);
 //  - fp16 rows (setting 2): faster in 35 of 64 (run, cell) pairs, ffn_relu at 90% slower
-//    in 7 of 8 (8.88x -> 8.50x): so 16-bit rows keep the one chain.
+//    in 7 of 8 (8.88x -> 8.50x); bf16 rows (setting 2, 6 runs, 14:00 UTC): faster in 32 of
+//    48 pairs, axpy 0.968x -> 0.997x at 0%, 1.804x -> 1.823x at 50%, but slower at 90%
+//    (axpy 8.92x -> 8.68x, ffn_relu 9.21x -> 9.07x): so 16-bit rows keep the one chain.
 // Whole-model decode, 1 vs 0 in the same rounds (bench-decode task.variants): OPT-6.7B
 // shape fp32, 8 layers, 2 threads (12:44 UTC) sparse 6.70 vs 6.66 tok/s, dense 2.94 vs 2.89;
 // SmolLM2-135M, oracle, 1 thread (13:17 UTC) sparse 28.0 vs 28.1, dense 20.8 vs 20.7: even.
