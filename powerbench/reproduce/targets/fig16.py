@@ -146,10 +146,11 @@ TARGET = Target(
     command_title="Sparse operators vs dense (measured on this machine's CPU)",
     command_setup=("The paper: PC-Low's CPU, a [4096, 4096] x [4096, 1] product with rows "
                    "zeroed, against dense and PyTorch sparse (its layout and index type not "
-                   "given). Here: this machine's CPU, fp32, batch 1, that shape (op row) and "
-                   "the 4096x16384 FFN (all four ops); PyTorch sparse as its CSR product with "
-                   "int64 and with int32 indices (the CSR built untimed), beside torch's "
-                   "gather-then-matmul and our operator, which stands in for PowerInfer's. "
+                   "given). Here: this machine's CPU, fp32, batch 1, all four ops at that "
+                   "shape (its product is op row) and at the 4096x16384 FFN; PyTorch sparse "
+                   "as its CSR product with int64 and with int32 indices (the CSR built "
+                   "untimed), beside torch's gather-then-matmul and our operator, which "
+                   "stands in for PowerInfer's. "
                    "PowerInfer's own operator on the same product, from its ggml: "
                    "`powerbench bench-powerinfer-ops task.shape=4096x4096 task.dtype=fp32` "
                    "(needs a PowerInfer checkout; results/operators_cpu)."),
