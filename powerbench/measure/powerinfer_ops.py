@@ -336,14 +336,14 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
     skipped = [i for i in cfg.isas if i not in isas]
     commit = checkout_commit(root)
     ops = "ggml_mul_mat_idx" if work.up_only else "ggml_mul_mat_idx, ggml_axpy"
+    what = "up-projection operator" if work.up_only else "FFN operators"
     row_kib = work.d_model * work.element_size / 1024
     matrix_mib = work.d_model * work.d_ffn * work.element_size / 2**20
     return Report(
         study="operators_cpu", name=cfg.report_name, rows=report_rows(runs),
         key=("build", "threads", "op", "sparsity_pct"),
-        title=f"PowerInfer's own CPU {'up-projection operator' if work.up_only else 'FFN operators'}"
-              f" ({ops}; {work.dtype}, {work.shape}, batch 1) beside ours, each against its "
-              "dense product and a plain read, this machine",
+        title=f"PowerInfer's own CPU {what} ({ops}; {work.dtype}, {work.shape}, batch 1) "
+              "beside ours, each against its dense product and a plain read, this machine",
         metrics=("gbps", "gbps_per_thread", "read_share", "dense_ffn_share",
                  "speedup_vs_dense", "ms_per_layer"),
         notes=[
@@ -357,9 +357,9 @@ def powerinfer_ops_report(cfg: PowerInferOpsConfig) -> Report:
                "rows only). " if work.up_only else ". ") +
             f"build {OURS} (ours, powerbench.ops): "
             + ("row" if work.up_only else "row, axpy, the fused ffn_relu,") +
-            f" and our dense kernel, on the same shape, {work.dtype} weights on 2 MiB pages where the "
-            f"kernel allows. GB/s counts the rows read (active rows x {row_kib:g} KiB per "
-            "matrix).",
+            f" and our dense kernel, on the same shape, {work.dtype} weights on 2 MiB pages "
+            f"where the kernel allows. GB/s counts the rows read (active rows x {row_kib:g} "
+            "KiB per matrix).",
             f"A graph (ours: a sequence of calls) runs {work.layers} layers ({matrix_mib:g} "
             f"MiB per matrix, each its own) {work.passes} times over: a graph costs more than its "
             "layers (on the 2-vCPU EPYC where this was written, one sparse layer alone "

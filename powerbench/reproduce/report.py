@@ -33,12 +33,17 @@ class Comparison:
     ours: float
 
     @property
+    def measured(self) -> bool:
+        """Whether this run's table had a number for the row (NaN: it did not)."""
+        return math.isfinite(self.ours)
+
+    @property
     def error(self) -> float:
-        return self.published.error(self.ours) if math.isfinite(self.ours) else math.nan
+        return self.published.error(self.ours) if self.measured else math.nan
 
     @property
     def within(self) -> bool:
-        return math.isfinite(self.ours) and self.published.within(self.ours)
+        return self.measured and self.published.within(self.ours)
 
 
 @dataclass
@@ -141,7 +146,7 @@ def _error(c: Comparison) -> str:
 def _within(c: Comparison) -> str:
     """yes / no, or n/a where this run's table has no number for the row (it counts as
     not within)."""
-    return "n/a" if not math.isfinite(c.ours) else "yes" if c.within else "no"
+    return "n/a" if not c.measured else "yes" if c.within else "no"
 
 
 def _tolerance(p: Published) -> str:

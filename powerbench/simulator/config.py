@@ -225,8 +225,9 @@ class SimulatorConfig:
     # gathers its rows one at a time without software prefetch waits on every row's first
     # lines, so its rate is threads x this until the bandwidth (x efficiency.cpu_sparse)
     # caps it (PowerInfer's own at 90-95% sparsity on the 2-vCPU EPYC: 5.7-7.4 GB/s per
-    # thread with 8 KiB rows, 7.4-9.4 with 16 KiB ones, `powerbench bench-powerinfer-ops`). Threads: `cpu_threads`, else every hardware
-    # thread of the host. None: bandwidth-bound only.
+    # thread with 8 KiB rows, 7.4-9.4 with 16 KiB ones, `powerbench bench-powerinfer-ops`).
+    # Threads: `cpu_threads`, else every hardware thread of the host. None: bandwidth-bound
+    # only.
     cpu_sparse_thread_gb_s: float | None = None
     # Host time of one neuron-aware sparse FFN call on the ACCELERATOR beyond its kernels'
     # launches (the binding's argument handling and small ATen calls), microseconds: the

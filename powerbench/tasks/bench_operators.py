@@ -30,11 +30,12 @@ from powerbench.threads import torch_threads
 
 KEY = ("backend", "isa", "op", "shape", "dtype", "batch", "sparsity_pct")
 SHOWN = ("op", "shape", "dtype", "batch", "sparsity_pct", "label", "time_us", "dense_kernel",
-         "dense_time_us", "speedup", "speedup_p25", "speedup_p75", "ideal_speedup", "achieved_gbps", "dense_gbps",
-         "dense_fraction", "bandwidth_fraction", "ceiling_gbps", "ceiling_fraction",
-         "ceiling_speedup")
-METRICS = ("time_us", "dense_time_us", "speedup", "speedup_p25", "speedup_p75", "achieved_gbps", "dense_gbps",
-           "dense_fraction", "ceiling_gbps", "ceiling_fraction", "ceiling_speedup")
+         "dense_time_us", "speedup", "speedup_p25", "speedup_p75", "ideal_speedup",
+         "achieved_gbps", "dense_gbps", "dense_fraction", "bandwidth_fraction", "ceiling_gbps",
+         "ceiling_fraction", "ceiling_speedup")
+METRICS = ("time_us", "dense_time_us", "speedup", "speedup_p25", "speedup_p75",
+           "achieved_gbps", "dense_gbps", "dense_fraction", "ceiling_gbps", "ceiling_fraction",
+           "ceiling_speedup")
 
 
 def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:

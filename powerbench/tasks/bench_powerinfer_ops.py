@@ -8,9 +8,9 @@ read, on this machine (powerbench.measure.powerinfer_ops).
 
 Reports through the measurement harness (study `operators_cpu`, report `powerinfer_ops`, or
 `powerinfer_ops_<shape>_<dtype>` for another shape or dtype); `task.publish=true` also
-writes results/operators_cpu/<report>.{md,csv}. Needs a C
-compiler and a PowerInfer checkout (git clone https://github.com/SJTU-IPADS/PowerInfer);
-without one it stops with that message.
+writes results/operators_cpu/<report>.{md,csv}. Needs a C compiler and a PowerInfer
+checkout (git clone https://github.com/SJTU-IPADS/PowerInfer); without one it stops with
+that message.
 """
 
 from __future__ import annotations

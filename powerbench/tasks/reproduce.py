@@ -17,7 +17,6 @@ failing target does not stop the others; the task exits non-zero at the end nami
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -136,7 +135,7 @@ def reproduce(task: ReproduceTask, cfg: PowerbenchConfig, out_dir: Path) -> list
     print(f"\n{report}")
     for result in results:
         for c in result.comparisons:
-            verdict = ("not measured in this run" if not math.isfinite(c.ours) else
+            verdict = ("not measured in this run" if not c.measured else
                        f"{'within' if c.within else 'OUTSIDE'} tolerance")
             print(f"  {result.target.name}: {c.published.label}: paper {c.published.value:g}, "
                   f"ours {c.ours:.4g} ({verdict})")

@@ -8,11 +8,11 @@
 // Written for powerbench; it links against the ggml of a PowerInfer checkout (its ggml.c,
 // ggml-quants.c, ggml-alloc.c, ggml-backend.c), compiled by powerbench.measure.powerinfer_ops.
 // Each graph runs `layers` layers with their own weights (4096x16384 fp16: 128 MiB per
-// matrix, far more than any cache, so every layer streams from DRAM), `passes` times over: a graph costs
-// more than its layers (2026-11-27, two threads: a graph of one sparse layer took 5.7 ms,
-// 1.4 ms per layer in a graph of 8; this ggml also starts its worker threads per graph),
-// and PowerInfer pays that once per token, over every layer of the model. A 256 MB read
-// runs before each graph.
+// matrix, far more than any cache, so every layer streams from DRAM), `passes` times over:
+// a graph costs more than its layers (2026-11-27, two threads: a graph of one sparse layer
+// took 5.7 ms, 1.4 ms per layer in a graph of 8; this ggml also starts its worker threads
+// per graph), and PowerInfer pays that once per token, over every layer of the model. A
+// 256 MB read runs before each graph.
 //
 // Output, one line per measurement (medians over `reps` graphs):
 //   read threads <t> gbps <x>
