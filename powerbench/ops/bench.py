@@ -3,10 +3,12 @@
 For every shape (``d_model x d_ffn``), storage dtype, batch, op and sparsity it times each
 sparse backend and the dense kernels on the full matrices in the same run: ``torch.matmul``
 (``torch_dense``) and, on the CPU, our own dense kernel (``ours_dense``, the decoder's
-``linear``), calls interleaved in rounds (each round rotated by one call; medians after
-warm-up, cache flushed before each call, see :mod:`powerbench.ops.bench_timing`). "Dense"
-for a (op, dtype, batch) is whichever dense kernel is faster over all its calls; each row's
-``dense_time_us`` is that kernel's median over the calls interleaved with the row's own.
+``linear``), calls interleaved in rounds (every contender once per round, in a seeded
+random order, after warm-up, cache flushed before each call, see
+:mod:`powerbench.ops.bench_timing`). "Dense" for a (op, dtype, batch) is whichever dense
+kernel is faster over all its calls; each row's ``dense_time_us`` is that kernel's median
+over the calls interleaved with the row's own, and its speedup the median over those rounds
+of dense time / its time (:func:`round_quartiles`).
 A STREAM-like read probe runs first; achieved GB/s is reported on the bytes actually
 touched (active weight rows plus activations), beside the dense kernel's GB/s on its bytes
 and the ideal speedup 1 / (1 - s) of reading a fraction 1 - s of the rows at its bandwidth.
@@ -34,7 +36,7 @@ Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_op
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -331,9 +333,8 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                   for p in probe_calls(probe, case.op, layer, idx)]
         samples = timer.samples(*dense_calls.values(), *calls, *probes)
         nd, nc = len(dense_names), len(calls)
-        weight_bytes = MATRICES[case.op] * idx.numel() * case.d_model * case.es
         per_sparsity.append((sparsity, idx.numel(), dict(zip(dense_names, samples, strict=False)),
-                             samples[nd:nd + nc], ceiling(samples[nd + nc:], weight_bytes)))
+                             samples[nd:nd + nc], samples[nd + nc:]))
     pooled = {name: [t for _, _, d, _, _ in per_sparsity for t in d[name]]
               for name in dense_names}
     medians = {name: statistics.median(v) for name, v in pooled.items()}
@@ -344,41 +345,52 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                 batch=case.batch, dense_kernel=best, dense_gbps=dense_gbps,
                 bandwidth_gbps=bandwidth.gbps, huge_page_fraction=case.huge_page_fraction)
     rows: list[ResultRow] = []
-    for sparsity, n_active, dense_s, sparse_s, ceil in per_sparsity:
+    for sparsity, n_active, dense_s, sparse_s, probe_s in per_sparsity:
         nbytes = touched_bytes(case.op, n_active, case.d_model, case.batch, case.es, case.es)
         t_dense = statistics.median(dense_s[best])
-        limit = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
-                     ceiling_probe=ceil.probe) if ceil else {}
         # the dense kernel's GB/s in the same rounds as these calls (as the speedup), not
         # pooled over the run: the host's bandwidth drifts between sparsities
         same_rounds = {**base, "dense_gbps": full_bytes / t_dense / 1e9}
+        ceil = ceiling(probe_s, MATRICES[case.op] * n_active * case.d_model * case.es)
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
-            p25, p75 = round_spread(dense_s[best], s)
+            p25, speedup, p75 = round_quartiles(dense_s[best], s)
+            limit = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
+                         ceiling_probe=ceil.probe,
+                         ceiling_speedup=round_quartiles(dense_s[best], ceil.seconds)[1],
+                         ceiling_fraction=round_quartiles(ceil.seconds, s)[1]) if ceil else {}
             rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
                                   sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
-                                  speedup=t_dense / t, achieved_gbps=nbytes / t / 1e9, **limit,
+                                  speedup=speedup, achieved_gbps=nbytes / t / 1e9, **limit,
                                   speedup_p25=p25, speedup_p75=p75, **same_rounds))
             log(format_row(rows[-1]))
     for name in dense_names:
         t = medians[name]
         rows.append(ResultRow(backend=name, isa=home if name == OURS_DENSE else "",
                               sparsity=0.0, time_us=t * 1e6, dense_time_us=medians[best] * 1e6,
-                              speedup=medians[best] / t, achieved_gbps=full_bytes / t / 1e9,
-                              **base))
+                              speedup=round_quartiles(pooled[best], pooled[name])[1],
+                              achieved_gbps=full_bytes / t / 1e9, **base))
         log(format_row(rows[-1]))
     return rows
 
 
-def round_spread(dense: list[float], sparse: list[float]) -> tuple[float, float]:
-    """Quartiles of the speedup within each round (dense[r] / sparse[r]: the two calls of a
-    round ran side by side); NaN with fewer than two rounds."""
-    ratios = [d / t for d, t in zip(dense, sparse, strict=True)]
+def round_quartiles(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
+    """Quartiles (p25, median, p75) over the rounds of num[r] / den[r], the two calls of a
+    round having run side by side; p25 and p75 are NaN with fewer than two rounds.
+
+    The median of these paired ratios is the speedup, not the ratio of the two medians: the
+    host's bandwidth drifts between spells of seconds, and a round's two calls share one, so
+    the paired ratio cancels it where the medians' ratio can pair a fast spell's dense time
+    with a slow spell's sparse time (2026-11-27 15:00-15:10 UTC, 4096x16384 fp32/fp16 batch
+    1, 0-90%, 32 cells, a cell's relative standard deviation between runs, averaged: 5 runs
+    at 0.2 s per cell, 3.8% for the medians' ratio and 3.2% for the paired median; 3 runs at
+    1 s, 2.0% and 1.5%)."""
+    ratios = [n / d for n, d in zip(num, den, strict=True)]
     if len(ratios) < 2:
-        return float("nan"), float("nan")
-    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return q1, q3
+        return float("nan"), ratios[0], float("nan")
+    q1, q2, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, q2, q3
 
 
 def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print

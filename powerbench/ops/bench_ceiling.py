@@ -4,9 +4,11 @@ rows an operator reads, timed in the same rounds as the operator and the dense k
 
 Three probes read the same bytes: ``slots`` (the operators' own 4-slot schedule), ``wide``
 (the same with 8 row slots per thread on AVX-512) and ``runs`` (adjacent rows merged into
-runs, one stream per thread); the ceiling is the fastest. Against it a row reports the ceiling's GB/s on the weight bytes, the share of the
-ceiling the operator reaches (ceiling time / operator time) and the speedup over dense the
-ceiling itself gives (dense time / ceiling time): the most any operator could show here.
+runs, one stream per thread); the ceiling is the fastest. Against it a row reports the
+ceiling's GB/s on the weight bytes, the share of the ceiling the operator reaches (ceiling
+time / operator time) and the speedup over dense the ceiling itself gives (dense time /
+ceiling time): the most any operator could show here. Both ratios are medians over the
+rounds of the two calls' ratio, as the speedup is (``ops.bench.round_quartiles``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Ceiling:
     time_us: float  # the faster probe's median
     probe: str  # which (one of PROBES)
     gbps: float  # weight bytes read / time
+    seconds: tuple[float, ...]  # its per-call times, one per round (paired ratios)
 
 
 def weight_matrices(op: str, layer) -> list[torch.Tensor]:
@@ -49,7 +52,8 @@ def ceiling(samples: Sequence[Sequence[float]], weight_bytes: int) -> Ceiling | 
         return None
     medians = [statistics.median(s) for s in samples]
     best = min(range(len(medians)), key=medians.__getitem__)
-    return Ceiling(medians[best] * 1e6, PROBES[best], weight_bytes / medians[best] / 1e9)
+    return Ceiling(medians[best] * 1e6, PROBES[best], weight_bytes / medians[best] / 1e9,
+                   tuple(samples[best]))
 
 
 def probe_ops(device: str):

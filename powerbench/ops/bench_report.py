@@ -30,7 +30,10 @@ class ResultRow:
     time_us: float
     dense_kernel: str  # the faster dense kernel for this (op, dtype, batch) in this run
     dense_time_us: float  # its median over the calls interleaved with this row's
-    speedup: float  # dense_time_us / time_us
+    # the median over the rounds of (the dense kernel's time / this call's time), the two
+    # calls of a round side by side (ops.bench.round_quartiles); a dense row: the faster
+    # dense kernel's / this kernel's, over all their rounds
+    speedup: float
     achieved_gbps: float  # touched bytes / time
     dense_gbps: float  # the dense kernel's GB/s on the full matrices (a sparse row: its
     # calls in the same rounds as that row's, as `speedup`; a dense row: all its calls)
@@ -40,9 +43,14 @@ class ResultRow:
     # the read-only gather probe over the same weight rows in the same rounds (ops.bench_ceiling;
     # 0 / "": not measured): the fastest probe's median, its GB/s on the weight bytes, and
     # which probe it was
+    # and, as medians over the rounds of the two calls' ratio (as the speedup): the share of
+    # the ceiling this call reaches (probe time / this call's) and the speedup over dense the
+    # probe itself shows (the dense kernel's time / probe time: the most an operator could)
     ceiling_time_us: float = 0.0
     ceiling_gbps: float = 0.0
     ceiling_probe: str = ""
+    ceiling_fraction: float = float("nan")
+    ceiling_speedup: float = float("nan")
     # the spread of the speedup over the rounds: quartiles of (the dense kernel's time / this
     # call's time) within each round (a sparse row; NaN for a dense row)
     speedup_p25: float = float("nan")
@@ -55,22 +63,16 @@ class ResultRow:
 
     @property
     def dense_fraction(self) -> float:
-        """Achieved GB/s as a fraction of the dense kernel's."""
-        return self.achieved_gbps / self.dense_gbps if self.dense_gbps else float("nan")
+        """Achieved GB/s as a fraction of the dense kernel's, paired as the speedup is: the
+        speedup times the share of the dense kernel's bytes this call touches (a row's
+        GB/s x time is its bytes)."""
+        dense_bytes = self.dense_gbps * self.dense_time_us
+        return (self.speedup * self.achieved_gbps * self.time_us / dense_bytes if dense_bytes
+                else float("nan"))
 
     @property
     def bandwidth_fraction(self) -> float:
         return self.achieved_gbps / self.bandwidth_gbps if self.bandwidth_gbps else float("nan")
-
-    @property
-    def ceiling_fraction(self) -> float:
-        """The share of the machine's ceiling reached: ceiling time / this row's time."""
-        return self.ceiling_time_us / self.time_us if self.ceiling_time_us else float("nan")
-
-    @property
-    def ceiling_speedup(self) -> float:
-        """The speedup over dense that reading the rows at the ceiling would give."""
-        return self.dense_time_us / self.ceiling_time_us if self.ceiling_time_us else float("nan")
 
     @property
     def label(self) -> str:
@@ -78,7 +80,7 @@ class ResultRow:
         return f"{self.backend}[{inside}]" if inside else self.backend
 
 
-DERIVED = ("ideal_speedup", "dense_fraction", "ceiling_fraction", "ceiling_speedup")
+DERIVED = ("ideal_speedup", "dense_fraction")
 COLUMNS = (*(f.name for f in fields(ResultRow)), *DERIVED)
 DENSE = ("torch_dense", "ours_dense")
 
@@ -165,7 +167,8 @@ def ceiling_notes(rows: Sequence[ResultRow], read_gbps: float) -> list[str]:
             "schedule, the same with 8 slots, and merged runs of adjacent rows), timed in "
             "the same rounds; "
             "ceiling_gbps on the weight bytes, ceiling_fraction = probe time / op time, "
-            "ceiling_speedup = dense time / probe time (the most an operator could show here)",
+            "ceiling_speedup = dense time / probe time (the most an operator could show here), "
+            "each the median over the rounds of the two calls' ratio",
             f"gather probe at 0% sparsity: {lo.ceiling_gbps:.1f}-{hi.ceiling_gbps:.1f} GB/s "
             f"({100 * lo.ceiling_gbps / read_gbps:.0f}-{100 * hi.ceiling_gbps / read_gbps:.0f}% "
             f"of the read probe's {read_gbps:.1f} GB/s)"]

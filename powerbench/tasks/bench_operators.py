@@ -75,10 +75,12 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                f"thread(s)",
                f"dense = the faster of torch_dense (torch.matmul) and ours_dense (our dense "
                f"kernel) per op, dtype and batch; faster here: {', '.join(dense)}",
-               "speedup = dense time / sparse time, interleaved in the same run (medians); "
-               "speedup_p25 / _p75 = the quartiles of the speedup within each round (the "
-               "rounds' spread); ideal = 1/(1-s); dense_fraction = achieved GB/s / the dense "
-               "kernel's GB/s",
+               "speedup = dense time / sparse time within each round (the two calls side "
+               "by side), the median over the rounds, with its quartiles speedup_p25 / _p75 "
+               "(the rounds' spread); time_us and dense_time_us are each call's own median; "
+               "ideal = 1/(1-s); dense_fraction = achieved GB/s / the dense kernel's GB/s, "
+               "paired as the speedup (speedup x the share of the dense kernel's bytes "
+               "touched)",
                *ceiling_notes(rows, bandwidth.gbps), huge_page_note(rows, bench.huge_pages),
                *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},

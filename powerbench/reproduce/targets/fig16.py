@@ -29,14 +29,15 @@ from powerbench.reproduce.target import POWERINFER_PAPER, Published, Target
 
 # the harness's metric names: <backend>.<isa>.<op>.<shape>.<dtype>.<batch>.<sparsity %>.<column>
 METRIC_KEY = re.compile(r"^metrics\.([^.]+)\.[^.]+\.([^.]+)\.([^.]+)\.([^.]+)\.(\d+)\.(\d+)\."
-                        r"(speedup|time_us)$")
-FIG16_COLUMNS = ["device", "backend", "op", "shape", "dtype", "batch", "sparsity", "time_us",
-                 "dense_time_us", "speedup", "ideal_speedup"]
+                        r"(speedup|time_us|dense_time_us)$")
+METRIC_COLUMNS = ("time_us", "dense_time_us", "speedup")
+FIG16_COLUMNS = ["device", "backend", "op", "shape", "dtype", "batch", "sparsity",
+                 *METRIC_COLUMNS, "ideal_speedup"]
 
 
 def operator_rows(run: pd.Series, device: str) -> pd.DataFrame:
     """One bench-operators run's `<backend>.<isa>.<op>.<shape>.<dtype>.<batch>.<percent>.
-    <speedup|time_us>` metrics back into rows (dense time = time x speedup)."""
+    <speedup|time_us|dense_time_us>` metrics back into rows."""
     cells: dict[tuple, dict[str, float]] = {}
     for name, value in run.items():
         match = METRIC_KEY.match(str(name))
@@ -45,11 +46,9 @@ def operator_rows(run: pd.Series, device: str) -> pd.DataFrame:
             cells.setdefault((backend, op, shape, dtype, int(batch), int(pct) / 100), {})[kind] = \
                 float(value)
     rows = [dict(device=device, backend=k[0], op=k[1], shape=k[2], dtype=k[3], batch=k[4],
-                 sparsity=k[5], time_us=v.get("time_us", np.nan), speedup=v.get("speedup", np.nan))
+                 sparsity=k[5], **{c: v.get(c, np.nan) for c in METRIC_COLUMNS})
             for k, v in cells.items()]
-    frame = pd.DataFrame(rows, columns=[c for c in FIG16_COLUMNS
-                                        if c not in ("dense_time_us", "ideal_speedup")])
-    frame["dense_time_us"] = frame.time_us * frame.speedup
+    frame = pd.DataFrame(rows, columns=[c for c in FIG16_COLUMNS if c != "ideal_speedup"])
     frame["ideal_speedup"] = 1.0 / (1.0 - frame.sparsity)
     frame.loc[frame.backend.isin(DENSE), "ideal_speedup"] = 1.0
     return frame[FIG16_COLUMNS].sort_values(["op", "shape", "dtype", "batch", "backend",
@@ -108,7 +107,7 @@ def crossover(backend: str, op: str = "row", shape: str = PAPER_SHAPE, dtype: st
     the last sparsity where it loses (its speedup interpolated linearly to 1 between that
     point and the next); 0 if it never loses, NaN if it never wins or was not measured.
     Dense is the faster dense kernel (each row's own rounds); `against` names one instead
-    (torch_dense: the speedups rescaled by the two kernels' median times in the run)."""
+    (torch_dense: the speedups divided by that kernel's own speedup over the faster one)."""
 
     def ours(table: pd.DataFrame) -> float:
         case = table[(table.op == op) & (table["shape"] == shape) & (table.dtype == dtype) &
@@ -117,8 +116,7 @@ def crossover(backend: str, op: str = "row", shape: str = PAPER_SHAPE, dtype: st
         s, v = rows.sparsity.to_numpy(float), rows.speedup.to_numpy(float)
         if against is not None and len(s):
             kernel = case[case.backend == against]
-            v = v * (kernel.time_us.iloc[0] / kernel.dense_time_us.iloc[0] if len(kernel)
-                     else np.nan)
+            v = v / (kernel.speedup.iloc[0] if len(kernel) else np.nan)
         losing = np.flatnonzero(v < 1.0)
         if not len(s) or (len(losing) and losing[-1] == len(s) - 1):
             return float("nan")
