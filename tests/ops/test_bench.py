@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -206,3 +206,19 @@ def test_a_missed_target_says_whether_the_rounds_reach_it():
     assert "90% 7.50x MISSED (>= 8)" in note
     (note,) = target_notes([row(8.1, 8.3)])
     assert "90% 8.10x (>= 8)" in note
+
+
+def test_the_share_target_says_whether_the_gather_probe_reaches_it():
+    def row(ceiling_speedup):  # 50% sparse, half the dense kernel's bytes, 1.84x dense
+        return ResultRow(device="cpu", backend="sparse_cpu", isa="avx512", op="axpy",
+                         shape="4096x16384", dtype="fp16", batch=1, sparsity=0.5,
+                         time_us=1.0, dense_kernel="ours_dense", dense_time_us=1.0,
+                         speedup=1.84, achieved_gbps=0.5, dense_gbps=1.0, bandwidth_gbps=1.0,
+                         ceiling_time_us=0.5, ceiling_speedup=ceiling_speedup)
+
+    (note,) = target_notes([row(1.86)])
+    assert "worst 92% at 50% MISSED (>= 95%; ceiling 93%, unreachable here)" in note
+    (note,) = target_notes([row(2.2)])
+    assert "worst 92% at 50% MISSED (>= 95%; ceiling 110%)" in note
+    (note,) = target_notes([replace(row(2.2), ceiling_time_us=0.0)])  # no probe: no word
+    assert "MISSED (>= 95%)" in note
