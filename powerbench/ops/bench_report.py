@@ -127,7 +127,7 @@ def target_notes(rows: Sequence[ResultRow]) -> list[str]:
         if low:
             worst = min(low, key=lambda r: r.dense_fraction)
             parts.append(f"GB/s share of dense at 0-{100 * upto:.0f}%: worst "
-                         f"{100 * worst.dense_fraction:.0f}% at {100 * worst.sparsity:.0f}%"
+                         f"{100 * worst.dense_fraction:.1f}% at {100 * worst.sparsity:.0f}%"
                          f"{'' if worst.dense_fraction >= share else ' MISSED'} "
                          f"(>= {100 * share:.0f}%{_ceiling_share(worst, share)})")
         if parts:
@@ -160,7 +160,7 @@ def _ceiling_share(r: ResultRow, target: float) -> str:
     if not r.ceiling_time_us:
         return ""
     probe = r.dense_fraction * r.ceiling_speedup / r.speedup
-    return f"; ceiling {100 * probe:.0f}%{'' if probe >= target else ', unreachable here'}"
+    return f"; ceiling {100 * probe:.1f}%{'' if probe >= target else ', unreachable here'}"
 
 
 def ceiling_notes(rows: Sequence[ResultRow], read_gbps: float) -> list[str]:

@@ -217,8 +217,8 @@ def test_the_share_target_says_whether_the_gather_probe_reaches_it():
                          ceiling_time_us=0.5, ceiling_speedup=ceiling_speedup)
 
     (note,) = target_notes([row(1.86)])
-    assert "worst 92% at 50% MISSED (>= 95%; ceiling 93%, unreachable here)" in note
+    assert "worst 92.0% at 50% MISSED (>= 95%; ceiling 93.0%, unreachable here)" in note
     (note,) = target_notes([row(2.2)])
-    assert "worst 92% at 50% MISSED (>= 95%; ceiling 110%)" in note
+    assert "worst 92.0% at 50% MISSED (>= 95%; ceiling 110.0%)" in note
     (note,) = target_notes([replace(row(2.2), ceiling_time_us=0.0)])  # no probe: no word
     assert "MISSED (>= 95%)" in note
