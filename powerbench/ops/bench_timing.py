@@ -28,7 +28,7 @@ class TimingPolicy:
     warmup: int = 1
     reps: int = 5  # at least this many timed calls
     # ... and keep going until this much time was timed: a CPU cell of the 4096x16384 grid
-    # then has 6-90 rounds, not 6-23, and its speedup's spread between runs halves
+    # then has 6-88 rounds, not 6-23, and its speedup's spread between runs halves
     # (2026-11-27 15:00-15:10 UTC, 32 batch-1 fp32/fp16 cells, paired medians: 3.2% over 5
     # runs at 0.2 s, 1.5% over 3 runs at 1 s; a run of the 32 cells took 24 s and 60 s)
     min_time_s: float = 1.0
