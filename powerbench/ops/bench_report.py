@@ -154,7 +154,7 @@ def _ceiling_word(r: ResultRow, target: float) -> str:
 
 
 def _ceiling_share(r: ResultRow, target: float) -> str:
-    """'; ceiling 92%, unreachable here' beside the GB/s-share target: the share the gather
+    """'; ceiling 92.8%, unreachable here' beside the GB/s-share target: the share the gather
     probe over the same rows reaches in the same rounds (the row's share scaled by the
     probe's speedup over its own)."""
     if not r.ceiling_time_us:
