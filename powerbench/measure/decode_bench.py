@@ -5,10 +5,12 @@
 Every engine's decoder is built once (predictors from the cache the pipeline fills, or
 trained now); then each of `rounds` rounds generates `bench.new_tokens` tokens for the same
 prompt batch with every engine in turn, in a rotated order, so drifting machine load hits
-all of them alike. Decode tokens/s is the median over rounds and each speedup is a ratio of
-medians taken in the same run; the fastest round of each engine (the least disturbed by
-other load on a shared machine) and their ratio are shown beside them. A second, separate pass times the FFN calls alone (us per
-layer call), since the FFN is only part of a decode step (Amdahl). Weights read per token
+all of them alike. Decode tokens/s is the median over rounds, and each speedup the median
+over the rounds of the two engines' ratio within a round (ops.bench_timing.round_quartiles);
+the fastest round of each engine (the least disturbed by other load on a shared machine)
+and their ratio are shown beside them. A second, separate pass times the FFN calls alone
+(us per layer call, its speedup paired the same way), since the FFN is only part of a
+decode step (Amdahl). Weights read per token
 (attention, output projection, predictors, and the FFN rows of the neurons actually
 computed) give the achieved GB/s. One warm-up generation per engine comes first; it also
 records the oracle's active sets, which later generations replay (its speed bound).
@@ -31,6 +33,7 @@ from torch import Tensor
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.timing import StepClock
 from powerbench.measure.harness import interleaved
+from powerbench.ops.bench_timing import round_quartiles
 from powerbench.threads import torch_threads
 
 
@@ -41,7 +44,9 @@ class DecodeRow:
     decode_tokens_per_s: float  # median over rounds
     decode_tokens_per_s_p10: float
     decode_tokens_per_s_p90: float
-    speedup_vs_dense: float  # ratio of medians, same run
+    # the median over the rounds of this engine's tok/s / dense's in the same round
+    # (ops.bench_timing.round_quartiles: steadier than the medians' ratio on a drifting host)
+    speedup_vs_dense: float
     decode_tokens_per_s_best: float  # fastest round (the least disturbed by other load)
     speedup_best_vs_dense: float  # ratio of the fastest rounds
     ffn_us_per_call: float  # median of the FFN-only pass
@@ -128,9 +133,7 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
                 timed = _TimedFFN(engines[name].ffn, rows=ids.shape[0])
                 generate_timed(engines[name].with_ffn(timed), ids, new_tokens)
                 ffn_us[name].append(timed.seconds / max(timed.calls, 1) * 1e6)
-    dense_rate = statistics.median(rates["dense"])
     dense_best = max(rates["dense"])
-    dense_ffn = statistics.median(ffn_us["dense"])
     rows = []
     for name in names:
         dec = engines[name]
@@ -144,10 +147,12 @@ def run_decode_bench(ids: Tensor, engines: dict[str, Decoder],
         rows.append(DecodeRow(
             engine=backend, predictor=name if name != "dense" else "none",
             decode_tokens_per_s=rate, decode_tokens_per_s_p10=qs[0],
-            decode_tokens_per_s_p90=qs[-1], speedup_vs_dense=rate / dense_rate,
+            decode_tokens_per_s_p90=qs[-1],
+            speedup_vs_dense=round_quartiles(rates[name], rates["dense"])[1],
             decode_tokens_per_s_best=max(rates[name]),
             speedup_best_vs_dense=max(rates[name]) / dense_best,
-            ffn_us_per_call=ffn, ffn_speedup_vs_dense=dense_ffn / ffn,
+            ffn_us_per_call=ffn,
+            ffn_speedup_vs_dense=round_quartiles(ffn_us["dense"], ffn_us[name])[1],
             computed_fraction=fraction, weight_mb_per_token=nbytes / 1e6,
             achieved_gbps=nbytes * rate / ids.shape[0] / 1e9, rounds=rounds, threads=used,
             batch=ids.shape[0]))

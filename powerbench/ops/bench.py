@@ -36,7 +36,7 @@ Run: ``powerbench bench-operators [task.quick=true]`` (powerbench.tasks.bench_op
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -44,7 +44,7 @@ import torch
 from powerbench.ops.bandwidth import Bandwidth, cpu_read_bandwidth, cuda_copy_bandwidth
 from powerbench.ops.bench_ceiling import ceiling, probe_calls, probe_ops
 from powerbench.ops.bench_report import ResultRow, format_row
-from powerbench.ops.bench_timing import Call, Timer, TimingPolicy
+from powerbench.ops.bench_timing import Call, Timer, TimingPolicy, round_quartiles
 from powerbench.ops.cpu_knobs import knob_vector, parse_variant
 from powerbench.ops.huge_pages import HugePages, use_huge_pages_all
 from powerbench.ops.interface import SparseOps
@@ -373,24 +373,6 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
                               achieved_gbps=full_bytes / t / 1e9, **base))
         log(format_row(rows[-1]))
     return rows
-
-
-def round_quartiles(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
-    """Quartiles (p25, median, p75) over the rounds of num[r] / den[r], the two calls of a
-    round having run side by side; p25 and p75 are NaN with fewer than two rounds.
-
-    The median of these paired ratios is the speedup, not the ratio of the two medians: the
-    host's bandwidth drifts between spells of seconds, and a round's two calls share one, so
-    the paired ratio cancels it where the medians' ratio can pair a fast spell's dense time
-    with a slow spell's sparse time (2026-11-27 15:00-15:10 UTC, 4096x16384 fp32/fp16 batch
-    1, 0-90%, 32 cells, a cell's relative standard deviation between runs, averaged: 5 runs
-    at 0.2 s per cell, 3.8% for the medians' ratio and 3.2% for the paired median; 3 runs at
-    1 s, 2.0% and 1.5%)."""
-    ratios = [n / d for n, d in zip(num, den, strict=True)]
-    if len(ratios) < 2:
-        return float("nan"), ratios[0], float("nan")
-    q1, q2, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return q1, q2, q3
 
 
 def run_benchmark(cfg: OperatorBenchConfig, log: Callable[[str], None] = print

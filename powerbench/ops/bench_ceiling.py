@@ -8,7 +8,7 @@ runs, one stream per thread); the ceiling is the fastest. Against it a row repor
 ceiling's GB/s on the weight bytes, the share of the ceiling the operator reaches (ceiling
 time / operator time) and the speedup over dense the ceiling itself gives (dense time /
 ceiling time): the most any operator could show here. Both ratios are medians over the
-rounds of the two calls' ratio, as the speedup is (``ops.bench.round_quartiles``).
+rounds of the two calls' ratio, as the speedup is (``ops.bench_timing.round_quartiles``).
 """
 
 from __future__ import annotations

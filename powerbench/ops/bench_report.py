@@ -31,7 +31,7 @@ class ResultRow:
     dense_kernel: str  # the faster dense kernel for this (op, dtype, batch) in this run
     dense_time_us: float  # its median over the calls interleaved with this row's
     # the median over the rounds of (the dense kernel's time / this call's time), the two
-    # calls of a round side by side (ops.bench.round_quartiles); a dense row: the faster
+    # calls of a round side by side (ops.bench_timing.round_quartiles); a dense row: the faster
     # dense kernel's / this kernel's, over all their rounds
     speedup: float
     achieved_gbps: float  # touched bytes / time

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -129,6 +129,25 @@ class Timer:
                 times[i].append(self._once(fns[i]))
             rounds += 1
         return times
+
+
+def round_quartiles(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
+    """Quartiles (p25, median, p75) over the rounds of num[r] / den[r], the two calls of a
+    round having run side by side; p25 and p75 are NaN with fewer than two rounds.
+
+    The median of these paired ratios is the speedup, not the ratio of the two medians: the
+    host's bandwidth drifts between spells of seconds, and a round's two calls share one, so
+    the paired ratio cancels it where the medians' ratio can pair a fast spell's dense time
+    with a slow spell's sparse time (2026-11-27 15:00-15:10 UTC, 4096x16384 fp32/fp16 batch
+    1, 0-90%, 32 cells, a cell's relative standard deviation between runs, averaged: 5 runs
+    at 0.2 s per cell, 3.8% for the medians' ratio and 3.2% for the paired median; 3 runs at
+    1 s, 2.0% and 1.5%; bench-decode's speedup, SmolLM2-135M, 4 runs of 15 rounds, 1.3% and
+    0.5%)."""
+    ratios = [n / d for n, d in zip(num, den, strict=True)]
+    if len(ratios) < 2:
+        return float("nan"), ratios[0], float("nan")
+    q1, q2, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, q2, q3
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], object]:

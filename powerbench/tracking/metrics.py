@@ -204,13 +204,15 @@ METRICS: dict[str, tuple[Metric, ...]] = {
     "Benchmarks and the tour (bench-*, tour; MEASURED unless named sim_)": (
         _m("{predictor}_decode_tokens_per_s", "tok/s", "bench-decode: decode speed of one "
            "decoder (dense, or sparse with a predictor)"),
-        _m("{predictor}_speedup_vs_dense", "x", "bench-decode: speed / dense speed"),
+        _m("{predictor}_speedup_vs_dense", "x",
+           "bench-decode: speed / dense speed (the median of the rounds' ratios)"),
         _m("{predictor}_ffn_us_per_call", "µs", "bench-decode: FFN time per call"),
         _m("{predictor}_achieved_gbps", "GB/s", "bench-decode: achieved memory bandwidth"),
         _m("dram_gbps", "GB/s", "measured DRAM bandwidth of this machine"),
         _m("{variant}_tokens_per_s", "tok/s", "bench-flash / bench-threshold / tour: speed of "
            "one variant (engine, precision, sparsity)"),
-        _m("ffn_speedup_vs_dense", "x", "tour: sparse FFN speed / dense FFN speed"),
+        _m("ffn_speedup_vs_dense", "x",
+           "tour: sparse FFN speed / dense FFN speed (the median of the rounds' ratios)"),
         _m("sim_{system}_gpu_neuron_load_share", "share", "tour: simulated GPU load share "
            "(all weight rows computed per token)"),
         _m("sim_{system}_gpu_ffn_load_share", "share", "tour: simulated GPU load share, FFN "
