@@ -352,13 +352,16 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
         # pooled over the run: the host's bandwidth drifts between sparsities
         same_rounds = {**base, "dense_gbps": full_bytes / t_dense / 1e9}
         ceil = ceiling(probe_s, MATRICES[case.op] * n_active * case.d_model * case.es)
+        # the probe's own columns, the same for every contender at this sparsity
+        probe = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
+                     ceiling_probe=ceil.probe,
+                     ceiling_speedup=round_quartiles(dense_s[best], ceil.seconds)[1]
+                     ) if ceil else {}
         for c, s in zip(contenders, sparse_s, strict=True):
             t = statistics.median(s)
             p25, speedup, p75 = round_quartiles(dense_s[best], s)
-            limit = dict(ceiling_time_us=ceil.time_us, ceiling_gbps=ceil.gbps,
-                         ceiling_probe=ceil.probe,
-                         ceiling_speedup=round_quartiles(dense_s[best], ceil.seconds)[1],
-                         ceiling_fraction=round_quartiles(ceil.seconds, s)[1]) if ceil else {}
+            limit = dict(probe, ceiling_fraction=round_quartiles(ceil.seconds, s)[1]
+                         ) if ceil else {}
             rows.append(ResultRow(backend=c.backend, isa=c.isa, variant=c.variant,
                                   sparsity=sparsity,
                                   time_us=t * 1e6, dense_time_us=t_dense * 1e6,
