@@ -1,13 +1,16 @@
 """The one measurement harness: every benchmark task measures and reports through it.
 
 A benchmark measures variants (engines, operators, solvers ...) in interleaved rounds
-(A B C ... A B C ..., so that drifting load from other processes hits all of them alike),
+(every variant once per round, so that drifting load from other processes hits all of them
+alike; each round in its own seeded random order, so that no variant always follows the same
+one),
 turns them into the rows of one table, and reports. The harness owns everything around
 the measuring, the same way for every benchmark:
 
 - `MachineFacts.probe()`: CPU model, usable cores, best SIMD ISA, memory, torch version.
 - `LoadWindow`: the load average and UTC time before and after the measurement.
-- `interleaved(variants, rounds)`: the rounds, with progress and the time left.
+- `interleaved(variants, rounds)`: the rounds, with progress and the time left
+  (`round_orders`: each round's seeded random order).
 - `Report`: the rows -> one printed table, one CSV, one JSON (machine, load, params,
   notes) in the run's own directory, and one MLflow run named after the study whose
   metrics are `<row key>.<column>` (`metric_name`).
@@ -24,10 +27,11 @@ from __future__ import annotations
 import json
 import math
 import platform
+import random
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -92,18 +96,25 @@ class MachineFacts:
                 + (f"{self.gpu}, " if self.gpu else "") + f"torch {self.torch}")
 
 
-def rotation(names: Sequence[str], round_index: int) -> list[str]:
-    """Round `round_index`'s order: `names` rotated by one per round, so that no variant
-    always runs first or right after the same one."""
-    k = round_index % len(names) if names else 0
-    return [*names[k:], *names[:k]]
+def round_orders(names: Sequence[str], rounds: int, seed: int = 0) -> Iterator[list[str]]:
+    """The order of each of `rounds` rounds: all of `names`, each round drawn afresh at
+    random (seeded: reproducible).
+
+    As in the operator benchmark's Timer: a call's speed can depend on the call before it
+    (the cache and prefetcher state it leaves), and a fixed or merely rotated order gives
+    every variant the same predecessor in most rounds (A B C, B C A, C A B: B always follows
+    A), so that effect would not average out over the rounds."""
+    order = random.Random(seed)
+    for _ in range(rounds):
+        yield order.sample(list(names), len(names))
 
 
 def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: int = 0,
-                log: Callable[[str], None] | None = print) -> dict[str, list[T]]:
+                log: Callable[[str], None] | None = print,
+                seed: int = 0) -> dict[str, list[T]]:
     """`warmup` untimed calls of each variant, then `rounds` rounds that run every variant
-    once in a rotated order; each variant's results in round order. Progress with the
-    time left goes to `log` (None: silent)."""
+    once, each round in its own random order (`round_orders`); each variant's results in
+    round order. Progress with the time left goes to `log` (None: silent)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1 (got {rounds})")
     names = list(variants)
@@ -112,8 +123,8 @@ def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: in
             variants[name]()
     results: dict[str, list[T]] = {name: [] for name in names}
     progress = Progress("rounds", rounds, first_s=0.0, every_s=0.0, emit=log) if log else None
-    for r in range(rounds):
-        for name in rotation(names, r):
+    for order in round_orders(names, rounds, seed):
+        for name in order:
             results[name].append(variants[name]())
         if progress is not None:
             progress.step()

@@ -252,12 +252,12 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
     real-size synthetic-weight decoders of powerbench.engine.synthetic, which have no
     loaded model), measured in INTERLEAVED rounds: after `bench.warmup` untimed
     generations of each, every round runs `bench.repeats` timed generations of every
-    decoder, in an order rotated round by round (drifting load hits all alike), with the
+    decoder, each round in its own seeded random order (drifting load hits all alike), with the
     calibrations before, between and after the rounds. Each decoder's measured metrics are
     medians over all its timed generations (with repeats=1: the median over rounds);
     `predictors[name]` is what its twin is told about its predictor (None: dense)."""
     from powerbench.engine.timing import summarize
-    from powerbench.measure.harness import rotation
+    from powerbench.measure.harness import round_orders
     from powerbench.progress import Progress
     from powerbench.simulator.simulate import simulate
 
@@ -289,10 +289,10 @@ def validate_decoders(decoders: dict[str, Any], ids: torch.Tensor, spec: Any, be
                 timed_generation(decoders[name], ids, new)
     sample()
     progress = Progress(f"validate rounds ({', '.join(names)})", max(rounds, 1))
-    for r in range(max(rounds, 1)):
+    for order in round_orders(names, max(rounds, 1)):
         this_round: dict[str, list[Any]] = {n: [] for n in names}
         with torch_threads(bench.threads), torch.inference_mode():
-            for name in rotation(names, r):
+            for name in order:
                 for _ in range(max(bench.repeats, 1)):
                     this_round[name].append(timed_generation(decoders[name], ids, new))
         sample()

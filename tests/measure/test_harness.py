@@ -17,19 +17,12 @@ from powerbench.measure.harness import (
     command_line,
     interleaved,
     metric_key,
-    rotation,
+    round_orders,
     run_benchmark,
 )
 
 
-def test_rotation_moves_every_variant_through_every_slot():
-    names = ["a", "b", "c"]
-    orders = [rotation(names, r) for r in range(3)]
-    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
-    assert {o[0] for o in orders} == set(names)
-
-
-def test_interleaved_warms_up_then_alternates():
+def test_interleaved_warms_up_then_runs_each_variant_once_per_round_in_random_orders():
     calls: list[str] = []
 
     def variant(name):
@@ -38,11 +31,34 @@ def test_interleaved_warms_up_then_alternates():
             return len(calls)
         return once
 
-    results = interleaved({"x": variant("x"), "y": variant("y")}, rounds=3, warmup=1, log=None)
-    assert calls == ["x", "y", "x", "y", "y", "x", "x", "y"]
-    assert results == {"x": [3, 6, 7], "y": [4, 5, 8]}
+    names = ["a", "b", "c"]
+    results = interleaved({n: variant(n) for n in names}, rounds=40, warmup=1, log=None)
+    assert calls[:3] == names  # the warm-up, in the given order
+    rounds = [calls[3 + 3 * r: 6 + 3 * r] for r in range(40)]
+    assert all(sorted(r) == names for r in rounds)
+    # each variant's results in round order: the call numbers of its own calls
+    assert results == {n: [3 + 3 * r + rounds[r].index(n) + 1 for r in range(40)]
+                       for n in names}
+    # the orders vary: every variant runs first in some round, and "b" does not always
+    # follow "a" within a round (a rotated order would)
+    assert {r[0] for r in rounds} == set(names)
+    assert any(r.index("b") != r.index("a") + 1 for r in rounds if "a" != r[-1])
+    # seeded: the same orders again
+    first = list(calls)
+    calls.clear()
+    interleaved({n: variant(n) for n in names}, rounds=40, warmup=1, log=None)
+    assert calls == first
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         interleaved({"x": variant("x")}, rounds=0)
+
+
+def test_round_orders_are_seeded_permutations():
+    names = ["a", "b", "c", "d"]
+    orders = list(round_orders(names, 20))
+    assert len(orders) == 20 and all(sorted(o) == names for o in orders)
+    assert orders == list(round_orders(names, 20))
+    assert orders != list(round_orders(names, 20, seed=1))
+    assert len({tuple(o) for o in orders}) > 5
 
 
 def test_best_isa_from_cpu_flags():
