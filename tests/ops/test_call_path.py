@@ -55,3 +55,23 @@ def test_fused_decode_operators_skip_the_dispatcher(cpu_ops):
     assert dispatched(lambda: out.extend((kernels.rms_norm(x, norm),
                                           kernels.gated(gate_up, FFNKind.swiglu)))) == []
     assert [tuple(t.shape) for t in out] == [(1, 1, 32), (1, 1, 32)]  # both ran fused
+
+
+def test_results_are_allocated_without_the_dispatcher_and_follow_inference_mode(cpu_ops):
+    """The operators allocate their results with at::detail::empty_cpu, not at::empty (a
+    cold dispatcher round trip): the profiler sees no ATen op at all, and the result is the
+    tensor at::empty would give, an inference tensor exactly under inference mode."""
+    torch.manual_seed(0)
+    w, wt = torch.randn(64, 32).half(), torch.randn(64, 32).half()
+    x, idx = torch.randn(1, 32).half(), torch.arange(0, 64, 3)
+    c = torch.rand(1, idx.numel()).half()
+    calls = {"row": lambda: cpu_ops.row(w, x, idx, check=False),
+             "axpy": lambda: cpu_ops.axpy(wt, c, idx, check=False),
+             "linear": lambda: cpu_ops.prepare_linear()(x, w, None)}
+    for name, call in calls.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            y = call()
+        assert [e.name for e in prof.events() if e.name.startswith("aten::")] == [], name
+        assert y.dtype == torch.float16 and not y.requires_grad and not y.is_inference(), name
+        with torch.inference_mode():
+            assert call().is_inference(), name
