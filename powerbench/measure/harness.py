@@ -110,8 +110,7 @@ def round_orders(names: Sequence[str], rounds: int, seed: int = 0) -> Iterator[l
 
 
 def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: int = 0,
-                log: Callable[[str], None] | None = print,
-                seed: int = 0) -> dict[str, list[T]]:
+                log: Callable[[str], None] | None = print) -> dict[str, list[T]]:
     """`warmup` untimed calls of each variant, then `rounds` rounds that run every variant
     once, each round in its own random order (`round_orders`); each variant's results in
     round order. Progress with the time left goes to `log` (None: silent)."""
@@ -123,7 +122,7 @@ def interleaved(variants: Mapping[str, Callable[[], T]], rounds: int, warmup: in
             variants[name]()
     results: dict[str, list[T]] = {name: [] for name in names}
     progress = Progress("rounds", rounds, first_s=0.0, every_s=0.0, emit=log) if log else None
-    for order in round_orders(names, rounds, seed):
+    for order in round_orders(names, rounds):
         for name in order:
             results[name].append(variants[name]())
         if progress is not None:
