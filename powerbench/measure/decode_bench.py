@@ -4,16 +4,16 @@
 
 Every engine's decoder is built once (predictors from the cache the pipeline fills, or
 trained now); then each of `rounds` rounds generates `bench.new_tokens` tokens for the same
-prompt batch with every engine in turn, in a rotated order, so drifting machine load hits
-all of them alike. Decode tokens/s is the median over rounds, and each speedup the median
-over the rounds of the two engines' ratio within a round (ops.bench_timing.round_quartiles);
-the fastest round of each engine (the least disturbed by other load on a shared machine)
-and their ratio are shown beside them. A second, separate pass times the FFN calls alone
-(us per layer call, its speedup paired the same way), since the FFN is only part of a
-decode step (Amdahl). Weights read per token (attention, output projection, predictors, and
-the FFN rows of the neurons actually computed) give the achieved GB/s. One warm-up
-generation per engine comes first; it also records the oracle's active sets, which later
-generations replay (its speed bound).
+prompt batch with every engine in turn, each round in its own seeded random order
+(harness.round_orders), so drifting machine load hits all of them alike. Decode tokens/s is
+the median over rounds, and each speedup the median over the rounds of the two engines'
+ratio within a round (ops.bench_timing.round_quartiles); the fastest round of each engine
+(the least disturbed by other load on a shared machine) and their ratio are shown beside
+them. A second, separate pass times the FFN calls alone (us per layer call, its speedup
+paired the same way), since the FFN is only part of a decode step (Amdahl). Weights read per
+token (attention, output projection, predictors, and the FFN rows of the neurons actually
+computed) give the achieved GB/s. One warm-up generation per engine comes first; it also
+records the oracle's active sets, which later generations replay (its speed bound).
 
 The driver (powerbench.tasks.bench_decode) writes results/decode_cpu.csv and logs one
 MLflow run (experiment `bench_decode`).

@@ -23,8 +23,8 @@
    fp32 and fp16, and llama.cpp on the shipped Q4_1 GGUF and on F32/F16 GGUFs written from
    the dequantised weights (when llama-cpp-python imports; else skipped with a message).
    Every engine generates once per round, each round in its own seeded random order, so
-   drifting load on the shared machine hits all alike; the median over rounds is reported, with p10/p90
-   and the fastest round.
+   drifting load on the shared machine hits all alike; the median over rounds is reported,
+   with p10/p90 and the fastest round.
 
 Reports through the measurement harness (study `threshold`): the table with the machine and
 load average, a CSV and JSON in the run directory, one MLflow run; `task.publish=true` also
