@@ -75,6 +75,9 @@ class OperatorBenchConfig:
     bandwidth_mb: int = 512
     seed: int = 0
     huge_pages: bool = True  # every weight matrix, dense and sparse, on 2 MiB pages (ops.huge_pages)
+    # results written into tensors allocated once per cell (out=), dense and sparse alike,
+    # as a decode loop's workspace; False: every call allocates its result
+    out_buffers: bool = True
 
     def __post_init__(self) -> None:
         bad = [s for s in self.sparsities if not 0.0 <= s < 1.0]
@@ -147,42 +150,67 @@ def touched_bytes(op: str, n_active: int, d_model: int, batch: int, w_es: int, x
     return weights + acts
 
 
-Linear = Callable[..., torch.Tensor]  # (x, w [N, K], bias | None) -> x w^T + bias
+Linear = Callable[..., torch.Tensor]  # (x, w [N, K], bias | None, out | None) -> x w^T + bias
+
+
+def torch_linear(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.matmul`` (into ``out`` when given), then the bias in place."""
+    y = torch.matmul(a, w.t(), out=out)
+    return y if bias is None else y.add_(bias)
+
+
+def buffers(like: torch.Tensor, on: bool) -> Callable[[int], torch.Tensor | None]:
+    """``new(cols)``: a [batch, cols] tensor like ``like`` for one result, allocated now
+    (None when ``on`` is False: the call allocates its own)."""
+    return lambda cols: torch.empty(like.shape[0], cols, dtype=like.dtype,
+                                    device=like.device) if on else None
 
 
 def dense_fn(op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor,
-             linear: Linear | None = None) -> Callable[[], torch.Tensor]:
+             linear: Linear | None = None, out_buffers: bool = False
+             ) -> Callable[[], torch.Tensor]:
     """The op on the full matrices with a dense matrix product: ``torch.matmul`` (linear None)
-    or ``linear(x, w, bias)``. Every weight in HF (nn.Linear) layout: torch's CPU fp16 matmul
-    against a [d_ffn, d_model] right operand is ~30x slower than against the transposed
-    view, so the dense baselines get the layout they are fast with."""
+    or ``linear(x, w, bias, out)``, its results (the hidden activations too) in buffers
+    allocated once when ``out_buffers``. Every weight in HF (nn.Linear) layout: torch's CPU
+    fp16 matmul against a [d_ffn, d_model] right operand is ~30x slower than against the
+    transposed view, so the dense baselines get the layout they are fast with."""
     wg, wu, wd = layer.w_gate, layer.w_up, layer.w_down
     b1, b2 = layer.b1.to(x.dtype), layer.b2.to(x.dtype)
-    if linear is None:
-        def linear(a, w, bias):  # noqa: E306 - torch.matmul, then the bias
-            y = torch.matmul(a, w.t())
-            return y if bias is None else y + bias
+    lin = linear or torch_linear
+    new = buffers(x, out_buffers)
+    d_ffn, d_model = wg.shape
     if op == "row":
-        return lambda: linear(x, wg, None)
+        y = new(d_ffn)
+        return lambda: lin(x, wg, None, y)
+    y = new(d_model)
     if op == "axpy":
-        return lambda: linear(coeffs, wd, None)
+        return lambda: lin(coeffs, wd, None, y)
+    g = new(d_ffn)
     if op == "ffn_relu":
-        return lambda: linear(torch.relu(linear(x, wg, b1)), wd, b2)
-    return lambda: linear(torch.relu(linear(x, wg, None)) * linear(x, wu, None), wd, None)
+        return lambda: lin(torch.relu_(lin(x, wg, b1, g)), wd, b2, y)
+    u = new(d_ffn)
+    return lambda: lin(torch.relu_(lin(x, wg, None, g)).mul_(lin(x, wu, None, u)), wd, None, y)
 
 
 def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
-              coeffs: torch.Tensor, idx: torch.Tensor) -> Callable[[], torch.Tensor]:
+              coeffs: torch.Tensor, idx: torch.Tensor, out_buffers: bool = False
+              ) -> Callable[[], torch.Tensor]:
+    """The sparse op through the public interface, into a result buffer allocated once when
+    ``out_buffers`` and the backend writes one in place (``SparseOps.writes_out``)."""
+    new = buffers(x, out_buffers and ops.writes_out)
     if op == "row":
-        return lambda: ops.row(layer.w_gate, x, idx, check=False)
+        y = new(idx.numel())
+        return lambda: ops.row(layer.w_gate, x, idx, check=False, out=y)
+    y = new(layer.w_gate.shape[1])
     if op == "axpy":
         c = coeffs[:, : idx.numel()].contiguous()
-        return lambda: ops.axpy(layer.w_down_t, c, idx, check=False)
+        return lambda: ops.axpy(layer.w_down_t, c, idx, check=False, out=y)
     if op == "ffn_relu":
         return lambda: ops.ffn_relu(x, layer.w_gate, layer.b1, layer.w_down_t, layer.b2, idx,
-                                    check=False)
+                                    check=False, out=y)
     return lambda: ops.ffn_gated(x, layer.w_gate, layer.w_up, layer.w_down_t, idx, "reglu",
-                                 check=False)
+                                 check=False, out=y)
 
 
 Builder = Callable[[str, LayerData, torch.Tensor, torch.Tensor, torch.Tensor],
@@ -204,11 +232,11 @@ class Contender:
     runs: Callable[[torch.dtype], bool] = lambda dtype: True
 
     def fn(self, op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor,
-           idx: torch.Tensor) -> Callable[[], torch.Tensor]:
-        if self.build is not None:
+           idx: torch.Tensor, out_buffers: bool = False) -> Callable[[], torch.Tensor]:
+        if self.build is not None:  # a baseline allocates its results
             return self.build(op, layer, x, coeffs, idx)
         assert self.ops is not None
-        return sparse_fn(op, self.ops, layer, x, coeffs, idx)
+        return sparse_fn(op, self.ops, layer, x, coeffs, idx, out_buffers)
 
     def wrap(self, fn: Callable[[], object], switch: bool) -> Callable[[], object]:
         """fn, switching the CPU kernels to this path and knobs first (untimed, before the
@@ -274,7 +302,7 @@ def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
 
 def dense_kernels(cfg: OperatorBenchConfig) -> dict[str, Linear | None]:
     """torch.matmul, and on the CPU our dense kernel (the C++ extension's linear)."""
-    kernels: dict[str, Linear | None] = {TORCH_DENSE: None}
+    kernels: dict[str, Linear | None] = {TORCH_DENSE: torch_linear}
     if cfg.device == "cpu":
         kernels[OURS_DENSE] = get_backend("sparse_cpu", fallback=False).prepare_linear()
     return kernels
@@ -316,7 +344,8 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
         contenders = [c for c in contenders if c.runs(DTYPES[case.dtype])]
     compiled = [c for c in contenders if c.isa]
     switch = len({(c.isa, c.variant) for c in compiled}) > 1 or any(c.variant for c in compiled)
-    dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin) for name, lin in dense.items()}
+    dense_calls = {name: dense_fn(case.op, layer, x, coeffs, lin, cfg.out_buffers)
+                   for name, lin in dense.items()}
     home_call = None
     if switch:  # the dense kernels on the path chosen at load, with the default knobs
         home_call = replace(compiled[0], isa=home, variant="",
@@ -327,7 +356,8 @@ def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: Laye
     per_sparsity = []
     for sparsity in cfg.sparsities:
         idx = active_ids(case.d_ffn, sparsity, gen, cfg.device)
-        calls = [c.wrap(c.fn(case.op, layer, x, coeffs, idx), switch) for c in contenders]
+        calls = [c.wrap(c.fn(case.op, layer, x, coeffs, idx, cfg.out_buffers), switch)
+                 for c in contenders]
         # the gather probe over the same rows, in the same rounds (home path, default knobs)
         probes = [replace(home_call, isa=home).wrap(p, True) if switch else p
                   for p in probe_calls(probe, case.op, layer, idx)]

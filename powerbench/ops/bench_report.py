@@ -193,6 +193,16 @@ def huge_page_note(rows: Sequence[ResultRow], asked: bool) -> str:
             f"2 MiB pages: {got or '-'}")
 
 
+def out_buffer_note(on: bool) -> str:
+    """Where the timed calls put their results."""
+    if on:
+        return ("results: written into tensors allocated once per cell (out=), the dense "
+                "kernels' (hidden activations included) and sparse_cpu's alike, as a decode "
+                "loop's workspace (task.out_buffers=true); backends that cannot write one in "
+                "place (sparse_torch, sparse_cuda) and the CSR baselines allocate theirs")
+    return "results: every call allocates its own (task.out_buffers=false)"
+
+
 def write_csv(rows: Sequence[ResultRow], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:

@@ -58,6 +58,18 @@ def as_batch(x: torch.Tensor, features: int, name: str, device: str) -> torch.Te
     return x2
 
 
+def check_out(out: torch.Tensor, like: torch.Tensor) -> None:
+    """``out`` can take a result like ``like``: same dtype (else TypeError), shape and device
+    (else ValueError)."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != like.dtype:
+        raise TypeError(f"out is {out.dtype}, the result is {like.dtype}")
+    if out.shape != like.shape:
+        raise ValueError(f"out has shape {list(out.shape)}, the result is {list(like.shape)}")
+    check_device(out, "out", like.device.type)
+
+
 def check_index_type(idx: torch.Tensor, device: str) -> None:
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"idx must be a torch.Tensor of int32/int64, got {type(idx).__name__}")

@@ -29,6 +29,7 @@ class CpuSparseOps(SparseOps):
     device = "cpu"
     validates_in_python = False
     self_checking = True
+    writes_out = True
 
     def __init__(self) -> None:
         # the extension module's own functions (pybind11): the C++ ops without the torch
@@ -104,13 +105,20 @@ class CpuSparseOps(SparseOps):
     # (after the weights streamed through the cache) spent ~30 us in the Python checks alone
     # on the 2-core EPYC host, as long as reading 1 MB of weights. Threshold active sets (and
     # anything that is not a tensor) take the generic path. The FFN hooks return fp32
-    # (prepare_ffn); a direct call asks for x's dtype.
-    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check):
-        return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, check, True)
+    # (prepare_ffn); a direct call asks for x's dtype. `out` goes to the C++ op, which
+    # writes the result into it (no allocation in the call).
+    def _row_direct(self, w, x, idx, scatter, bias, relu, check, out):
+        return self._row_op(w, x, idx, bias, relu, scatter, check, out)
 
-    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check):
+    def _axpy_direct(self, w_t, coeffs, idx, check, out):
+        return self._axpy_op(w_t, coeffs, idx, None, check, out)
+
+    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check, out):
+        return self._ffn_relu_op(x, w1, b1, w2_t, b2, idx, check, True, out)
+
+    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check, out):
         return self._ffn_gated_op(x, w_gate, w_up, w_down_t, idx, GATED_KINDS.index(kind),
-                                  check, True)
+                                  check, True, out)
 
     def _row(self, w, x, idx, scatter, bias, relu, check):
         return self._row_op(w, x, idx, bias, relu, scatter, check)
@@ -141,6 +149,9 @@ class CpuSparseOps(SparseOps):
         op, kind = self._ffn_gated_threshold_op, GATED_KINDS.index(weights.kind)
         w, t = (weights.w_gate, weights.w_up, weights.w_down_t), float(threshold)
         return lambda x: op(x, *w, t, kind)
+
+    def _linear_into(self, x, w, bias, out):
+        return self._linear_op(x, w, bias, out)
 
     def prepare_linear(self):
         """The C++ dense kernel itself (``fn(x, w, bias)``): rows of ``w`` streamed by the

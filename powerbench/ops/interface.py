@@ -18,6 +18,11 @@ Conventions (all backends):
   inside the kernels (no host round trip); the others turn it into ids. With a Threshold
   the ``row`` output is always scattered ``[batch, d_ffn]`` and ``axpy`` takes full
   ``[batch, d_ffn]`` coefficients.
+* ``out=`` (every operator, :meth:`SparseOps.linear` too) takes a tensor of the result's
+  dtype and shape to write the result into; the call returns it and allocates nothing
+  (sparse_cpu writes it in place; other backends compute, then copy). A decode loop or a
+  benchmark allocates its results once this way: on sparse_cpu a cold call's allocation
+  of its result cost ~13-17 us, as long as reading ~0.5 MB of weights.
 * ``check=True`` (default) validates ids: out-of-range -> IndexError, repeated -> ValueError,
   wrong dtype -> TypeError. On CUDA this check synchronises with the device; pass
   ``check=False`` in a decode loop once the predictor is trusted.
@@ -35,6 +40,7 @@ import torch
 from powerbench.ops.checks import (
     as_batch,
     check_index_type,
+    check_out,
     check_same,
     check_vector,
     check_weight,
@@ -69,6 +75,14 @@ def _finish(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return y if y.dtype == like.dtype else y.to(like.dtype)
 
 
+def _into(y: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """y, or (with the caller's ``out``, checked against y) y copied into out."""
+    if out is None:
+        return y
+    check_out(out, y)
+    return out.copy_(y)
+
+
 def _torch_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
                   ) -> torch.Tensor:
     """``F.linear`` (in fp32 when x and w differ in dtype), the result in ``x``'s dtype."""
@@ -90,6 +104,9 @@ class SparseOps(ABC):
     #: a public call that :meth:`_direct_ok` accepts goes straight to the backend hook, one
     #: dispatch with no Python checks (a cold call spent ~30 us in them on sparse_cpu)
     self_checking: ClassVar[bool] = False
+    #: the backend writes an ``out=`` tensor in place (else the result is computed, then
+    #: copied into it: no saving, so a caller that only wants speed passes none)
+    writes_out: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- public API
     def row(
@@ -102,6 +119,7 @@ class SparseOps(ABC):
         bias: torch.Tensor | None = None,
         relu: bool = False,
         check: bool = True,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``y[b, j] = act(w[idx[j]] . x[b] + bias[idx[j]])``.
 
@@ -109,22 +127,23 @@ class SparseOps(ABC):
         full ``[batch, d_ffn]`` with zeros for inactive neurons.
         """
         if self._direct_ok(x, idx, check):
-            return self._row(w, x, idx, scatter, bias, relu, check)
+            return self._row_direct(w, x, idx, scatter, bias, relu, check, out)
         check_weight(w, "w", self.device)
         x2 = as_batch(x, w.shape[1], "x", self.device)
         check_vector(bias, w.shape[0], "bias", self.device)
         ids, scatter = self._active(idx, w.shape[0], scatter, check)
-        return _finish(self._row(w, x2, ids, scatter, bias, relu, check), x)
+        return _into(_finish(self._row(w, x2, ids, scatter, bias, relu, check), x), out)
 
     def axpy(
-        self, w_t: torch.Tensor, coeffs: torch.Tensor, idx: Active, *, check: bool = True
+        self, w_t: torch.Tensor, coeffs: torch.Tensor, idx: Active, *, check: bool = True,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``y[b] = sum_j coeffs[b, j] * w_t[idx[j]]`` -> ``[batch, d_model]``.
 
         ``coeffs`` is compact ``[batch, len(idx)]`` (``[batch, d_ffn]`` with a Threshold).
         """
         if self._direct_ok(coeffs, idx, check):
-            return self._axpy(w_t, coeffs, idx, check)
+            return self._axpy_direct(w_t, coeffs, idx, check, out)
         check_weight(w_t, "w_t", self.device)
         if isinstance(idx, Threshold):
             n_cols = w_t.shape[0]
@@ -135,10 +154,11 @@ class SparseOps(ABC):
         ids, _ = self._active(idx, w_t.shape[0], True, check)
         if isinstance(idx, Threshold) and not isinstance(ids, Threshold):
             c2 = c2.index_select(1, ids)
-        return _finish(self._axpy(w_t, c2, ids, check), coeffs)
+        return _into(_finish(self._axpy(w_t, c2, ids, check), coeffs), out)
 
     def linear(
-        self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+        self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Dense ``y = x @ w.T + bias`` (every row of ``w [N, K]``), ``x [..., K]`` ->
         ``[..., N]`` in ``x``'s dtype: the matrix-vector product of decode (a few rows of x;
@@ -147,7 +167,7 @@ class SparseOps(ABC):
         if x.dim() < 1 or x.shape[-1] != w.shape[1]:
             raise ValueError(f"x must be [..., {w.shape[1]}], got {tuple(x.shape)}")
         check_vector(bias, w.shape[0], "bias", self.device)
-        return self.prepare_linear()(x, w, bias)
+        return self._linear_into(x, w, bias, out)
 
     def prepare_linear(
         self,
@@ -166,17 +186,18 @@ class SparseOps(ABC):
         idx: Active,
         *,
         check: bool = True,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``y = b2 + sum_{i in idx} relu(w1[i] . x + b1[i]) * w2_t[i]`` (OPT fc1 -> fc2)."""
         if self._direct_ok(x, idx, check):
-            return self._ffn_relu_direct(x, w1, b1, w2_t, b2, idx, check)
+            return self._ffn_relu_direct(x, w1, b1, w2_t, b2, idx, check, out)
         check_weight(w1, "w1", self.device)
         check_same(w1, "w1", w2_t, "w2_t")
         x2 = as_batch(x, w1.shape[1], "x", self.device)
         check_vector(b1, w1.shape[0], "b1", self.device)
         check_vector(b2, w1.shape[1], "b2", self.device)
         ids, _ = self._active(idx, w1.shape[0], False, check)
-        return _finish(self._ffn_relu(x2, w1, b1, w2_t, b2, ids, check), x)
+        return _into(_finish(self._ffn_relu(x2, w1, b1, w2_t, b2, ids, check), x), out)
 
     def ffn_gated(
         self,
@@ -188,13 +209,14 @@ class SparseOps(ABC):
         kind: str = "reglu",
         *,
         check: bool = True,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``y = sum_{i in idx} act(g_i) * f(u_i) * w_down_t[i]``, ``g_i = w_gate[i] . x``.
 
         kind ``reglu``: relu(g) * u; ``drelu``: relu(g) * relu(u); ``swiglu``: silu(g) * u.
         """
         if kind in GATED_KINDS and self._direct_ok(x, idx, check):
-            return self._ffn_gated_direct(x, w_gate, w_up, w_down_t, idx, kind, check)
+            return self._ffn_gated_direct(x, w_gate, w_up, w_down_t, idx, kind, check, out)
         if kind not in GATED_KINDS:
             raise ValueError(f"unknown gated kind {kind!r}; valid: {', '.join(GATED_KINDS)}")
         check_weight(w_gate, "w_gate", self.device)
@@ -202,18 +224,19 @@ class SparseOps(ABC):
         check_same(w_gate, "w_gate", w_down_t, "w_down_t")
         x2 = as_batch(x, w_gate.shape[1], "x", self.device)
         ids, _ = self._active(idx, w_gate.shape[0], False, check)
-        return _finish(self._ffn_gated(x2, w_gate, w_up, w_down_t, ids, kind, check), x)
+        return _into(_finish(self._ffn_gated(x2, w_gate, w_up, w_down_t, ids, kind, check), x),
+                     out)
 
     def ffn(
         self, x: torch.Tensor, weights: ReluFFNWeights | GatedFFNWeights, idx: Active, *,
-        check: bool = True,
+        check: bool = True, out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Fused FFN for prepared weights (see :mod:`powerbench.ops.weights`)."""
         if isinstance(weights, ReluFFNWeights):
             return self.ffn_relu(x, weights.w1, weights.b1, weights.w2_t, weights.b2, idx,
-                                 check=check)
+                                 check=check, out=out)
         return self.ffn_gated(x, weights.w_gate, weights.w_up, weights.w_down_t, idx,
-                              weights.kind, check=check)
+                              weights.kind, check=check, out=out)
 
     def ffn_predicted(
         self, x: torch.Tensor, weights: ReluFFNWeights | GatedFFNWeights,
@@ -333,13 +356,25 @@ class SparseOps(ABC):
         backend, for an id tensor (a backend may narrow this further)."""
         return self.self_checking and type(idx) is torch.Tensor
 
-    # The FFN hooks of a direct call, y in x's dtype; by default the hooks themselves
-    # (a backend whose hooks return fp32 for prepare_ffn overrides these).
-    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check) -> torch.Tensor:
-        return self._ffn_relu(x, w1, b1, w2_t, b2, idx, check)
+    def _linear_into(self, x, w, bias, out) -> torch.Tensor:
+        """The checked :meth:`linear`'s product (into `out` when given)."""
+        return _into(self.prepare_linear()(x, w, bias), out)
 
-    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check) -> torch.Tensor:
-        return self._ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check)
+    # The hooks of a direct call, y in x's dtype (into `out` when given); by default the
+    # hooks themselves, then a copy into out (a backend that writes out itself, or whose
+    # FFN hooks return fp32 for prepare_ffn, overrides these).
+    def _row_direct(self, w, x, idx, scatter, bias, relu, check, out) -> torch.Tensor:
+        return _into(self._row(w, x, idx, scatter, bias, relu, check), out)
+
+    def _axpy_direct(self, w_t, coeffs, idx, check, out) -> torch.Tensor:
+        return _into(self._axpy(w_t, coeffs, idx, check), out)
+
+    def _ffn_relu_direct(self, x, w1, b1, w2_t, b2, idx, check, out) -> torch.Tensor:
+        return _into(self._ffn_relu(x, w1, b1, w2_t, b2, idx, check), out)
+
+    def _ffn_gated_direct(self, x, w_gate, w_up, w_down_t, idx, kind, check, out
+                          ) -> torch.Tensor:
+        return _into(self._ffn_gated(x, w_gate, w_up, w_down_t, idx, kind, check), out)
 
     # ---------------------------------------------------------------- backend hooks
     @abstractmethod

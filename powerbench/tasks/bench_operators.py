@@ -20,6 +20,7 @@ from powerbench.ops.bench import run_benchmark as measure_operators
 from powerbench.ops.bench_report import (
     ceiling_notes,
     huge_page_note,
+    out_buffer_note,
     plot_speedup,
     record,
     target_notes,
@@ -46,7 +47,8 @@ def operator_bench_config(task: BenchOperatorsTask) -> OperatorBenchConfig:
               "isas": task.isas, "variants": task.variants}
     cfg = replace(cfg, **{k: tuple(v) for k, v in chosen.items() if v})
     timing = {k: v for k, v in asdict(task.timing).items() if v is not None}
-    cfg = replace(cfg, timing=replace(cfg.timing, **timing), huge_pages=task.huge_pages)
+    cfg = replace(cfg, timing=replace(cfg.timing, **timing), huge_pages=task.huge_pages,
+                  out_buffers=task.out_buffers)
     return replace(cfg, bandwidth_mb=task.bandwidth_mb) if task.bandwidth_mb else cfg
 
 
@@ -82,6 +84,7 @@ def measure(task: BenchOperatorsTask, out_dir: Path) -> Report:
                "paired as the speedup (speedup x the share of the dense kernel's bytes "
                "touched)",
                *ceiling_notes(rows, bandwidth.gbps), huge_page_note(rows, bench.huge_pages),
+               out_buffer_note(bench.out_buffers),
                *timing_notes(bench.device, bench.timing), *target_notes(rows)],
         params={"task": {k: v for k, v in vars(task).items() if not k.startswith("_")},
                 "isa": isa, "bandwidth_gbps": round(bandwidth.gbps, 2),

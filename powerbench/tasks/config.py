@@ -125,6 +125,9 @@ class BenchOperatorsTask:
     bandwidth_mb: int | None = None
     threads: int = 0  # torch threads (0: torch's default)
     huge_pages: bool = True  # weights (dense and sparse alike) advised onto 2 MiB pages
+    # results into tensors allocated once per cell (out=), dense and sparse alike (False:
+    # every call allocates its result)
+    out_buffers: bool = True
     tag: str | None = None  # report name suffix (None: "_quick" with quick)
     plot: bool = True
     publish: bool = False  # also write the report into results/operators_<device>/

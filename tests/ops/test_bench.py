@@ -9,6 +9,7 @@ import math
 from dataclasses import fields, replace
 
 import pytest
+import torch
 
 from powerbench.ops import bench
 from powerbench.ops.bench_ceiling import PROBES
@@ -222,3 +223,24 @@ def test_the_share_target_says_whether_the_gather_probe_reaches_it():
     assert "worst 92.0% at 50% MISSED (>= 95%; ceiling 110.0%)" in note
     (note,) = target_notes([replace(row(2.2), ceiling_time_us=0.0)])  # no probe: no word
     assert "MISSED (>= 95%)" in note
+
+
+@pytest.mark.parametrize("op", bench.OPS)
+def test_out_buffers_give_the_allocating_calls_values_in_reused_tensors(backends, cpu_ops, op):
+    """With out_buffers every dense kernel and sparse_cpu write one tensor allocated at set-up
+    (the same object on every call), with the values of the calls that allocate;
+    sparse_torch cannot write in place and allocates (SparseOps.writes_out)."""
+    gen = torch.Generator().manual_seed(5)
+    layer = bench.LayerData.make(16, 48, torch.float32, "cpu", gen)
+    x, coeffs = torch.rand(2, 16, generator=gen), torch.rand(2, 48, generator=gen) + 0.5
+    idx = bench.active_ids(48, 0.5, gen, "cpu")
+    made = [lambda on, lin=lin: bench.dense_fn(op, layer, x, coeffs, lin, on)
+            for lin in bench.dense_kernels(bench.OperatorBenchConfig()).values()]
+    made += [lambda on, ops=ops: bench.sparse_fn(op, ops, layer, x, coeffs, idx, on)
+             for ops in backends.values()]
+    for make, name in zip(made, ["torch_dense", "ours_dense", *backends], strict=True):
+        fn = make(True)
+        first, second = fn(), fn()
+        reused = name != "sparse_torch"
+        assert (first is second) == reused, name
+        torch.testing.assert_close(second, make(False)(), rtol=1e-5, atol=1e-5, msg=name)

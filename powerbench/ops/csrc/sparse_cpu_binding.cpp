@@ -150,21 +150,41 @@ Tokens tokens(const at::Tensor& t, int64_t cols, const char* name, int slot, at:
   return {as_f32(t, name, slot, keep), one_d ? 1 : t.size(0), one_d};
 }
 
+// The caller's tensor for a result (`out=`): a contiguous CPU tensor of the result's dtype
+// and shape, written in place and returned, so the call allocates nothing. Same messages
+// as the Python check (ops.checks.check_out).
+void check_out(const at::Tensor& out, at::ScalarType dtype, at::IntArrayRef shape) {
+  TORCH_CHECK_TYPE(out.scalar_type() == dtype, "out is ", dtype_str(out.scalar_type()),
+                   ", the result is ", dtype_str(dtype));
+  TORCH_CHECK_VALUE(out.sizes() == shape, "out has shape ", shape_str(out.sizes()),
+                    ", the result is ", shape_str(shape));
+  TORCH_CHECK_VALUE(out.device().is_cpu() && out.is_contiguous(),
+                    "out must be a contiguous CPU tensor");
+}
+
 // An operator's result: `y` ([B, cols], or [cols] for a one-token input, in the input's
-// dtype when `in_dtype`, else fp32 [B, cols]) and the fp32 buffer the kernels write (y
-// itself when fp32, else scratch that finish() converts into y: one rounding, as before).
+// dtype when `in_dtype`, else fp32 [B, cols]; the caller's `out` when given) and the fp32
+// buffer the kernels write (y itself when fp32, else scratch that finish() converts into
+// y: one rounding, as before).
 struct Result {
   at::Tensor y;
   float* f32;
   at::ScalarType dtype;
+  std::optional<at::Tensor> out;  // the caller's tensor, when y could not be it (float64)
 };
 
-Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int64_t cols) {
+Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int64_t cols,
+              const std::optional<at::Tensor>& out) {
   const at::ScalarType s = in_dtype ? like.scalar_type() : at::kFloat;
   const bool half = s == at::kHalf || s == at::kBFloat16;
   const at::ScalarType ys = half ? s : at::kFloat;
-  at::Tensor y = in_dtype && one_d ? new_cpu({cols}, ys) : new_cpu({B, cols}, ys);
-  return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s};
+  const bool flat = in_dtype && one_d;
+  if (out.has_value()) {
+    check_out(*out, s, flat ? at::IntArrayRef{cols} : at::IntArrayRef{B, cols});
+    if (s == ys) return {*out, half ? linear_scratch(2, B * cols) : out->data_ptr<float>(), s, {}};
+  }
+  at::Tensor y = flat ? new_cpu({cols}, ys) : new_cpu({B, cols}, ys);
+  return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s, out};
 }
 
 // r.f32[b, :] = bias (or 0) for b < B
@@ -180,7 +200,9 @@ at::Tensor finish(const Result& r) {
     pbops::from_float(weight_type(r.y, "y"), r.f32, r.y.numel(), r.y.data_ptr());
     return r.y;
   }
-  return r.dtype == at::kFloat ? r.y : r.y.to(r.dtype);  // e.g. float64 x: fp32 -> x's dtype
+  if (r.dtype == at::kFloat) return r.y;
+  // e.g. float64 x: fp32 -> x's dtype
+  return r.out.has_value() ? r.out->copy_(r.y) : r.y.to(r.dtype);
 }
 
 int threads() { return at::get_num_threads(); }
@@ -195,7 +217,8 @@ const int64_t* id_data(const at::Tensor& idx, int64_t limit, bool check, at::Ten
 
 // y = act(W[idx] x + bias[idx]) in x's dtype and shape ([B, n], or [B, N] scattered).
 at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
-               const std::optional<at::Tensor>& bias, bool relu, bool scatter, bool check) {
+               const std::optional<at::Tensor>& bias, bool relu, bool scatter, bool check,
+               const std::optional<at::Tensor>& out) {
   pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
@@ -205,7 +228,7 @@ at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
   const int64_t* ids = id_data(idx, N, check, idk);
   const float* b = bias_data(bias, bk, N, "bias");
   const int64_t n = idx.numel(), cols = scatter ? N : n;
-  const Result r = result(x, true, xt.one_d, xt.rows, cols);
+  const Result r = result(x, true, xt.one_d, xt.rows, cols, out);
   if (scatter) fill_rows(r, xt.rows, cols, nullptr);
   pbops::row(wt, w.data_ptr(), K, xt.data, xt.rows, ids, n, b, relu, r.f32, cols, scatter,
              threads());
@@ -214,7 +237,8 @@ at::Tensor row(const at::Tensor& w, const at::Tensor& x, const at::Tensor& idx,
 
 // y = init + sum_j coeffs[:, j] W_t[idx[j]] in coeffs' dtype and shape ([B, D] or [D]).
 at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor& idx,
-                const std::optional<at::Tensor>& init, bool check) {
+                const std::optional<at::Tensor>& init, bool check,
+                const std::optional<at::Tensor>& out) {
   pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w_t, "w_t");
   const pbops::WType wt = weight_type(w_t, "w_t");
@@ -229,7 +253,7 @@ at::Tensor axpy(const at::Tensor& w_t, const at::Tensor& coeff, const at::Tensor
                       std::to_string(D), ",), got ", shape_str(init->sizes()));
     b = as_f32(*init, "bias", 1, ik);
   }
-  const Result r = result(coeff, true, c.one_d, c.rows, D);
+  const Result r = result(coeff, true, c.one_d, c.rows, D, out);
   fill_rows(r, c.rows, D, b);
   pbops::axpy(wt, w_t.data_ptr(), D, c.data, n, c.rows, ids, n, r.f32, threads());
   return finish(r);
@@ -302,7 +326,8 @@ void gated_ffn_into(const at::Tensor& wg, const at::Tensor& wu, const at::Tensor
 // in_dtype: y in x's dtype and shape (the public API), else fp32 [B, d_model] (prepare_ffn)
 at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                     const at::Tensor& w2_t, const std::optional<at::Tensor>& b2,
-                    const at::Tensor& idx, bool check, bool in_dtype) {
+                    const at::Tensor& idx, bool check, bool in_dtype,
+                    const std::optional<at::Tensor>& out) {
   pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_pair(w1, "w1", w2_t, "w2_t");
   const int64_t N = w1.size(0), K = w1.size(1);
@@ -311,7 +336,7 @@ at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::option
   const float* b1p = bias_data(b1, b1k, N, "b1");
   const float* b2p = bias_data(b2, b2k, K, "b2");
   const int64_t* ids = id_data(idx, N, check, idk);
-  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K);
+  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K, out);
   fill_rows(r, xt.rows, K, b2p);
   relu_ffn_into(w1, b1p, w2_t, xt.data, xt.rows, ids, idx.numel(), r.f32);
   return finish(r);
@@ -319,7 +344,7 @@ at::Tensor ffn_relu(const at::Tensor& x, const at::Tensor& w1, const std::option
 
 at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu,
                      const at::Tensor& wd_t, const at::Tensor& idx, int64_t kind, bool check,
-                     bool in_dtype) {
+                     bool in_dtype, const std::optional<at::Tensor>& out) {
   pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_pair(wg, "w_gate", wu, "w_up");
   check_pair(wg, "w_gate", wd_t, "w_down_t");
@@ -327,7 +352,7 @@ at::Tensor ffn_gated(const at::Tensor& x, const at::Tensor& wg, const at::Tensor
   at::Tensor xk, idk;
   const Tokens xt = tokens(x, K, "x", 0, xk);
   const int64_t* ids = id_data(idx, N, check, idk);
-  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K);
+  const Result r = result(x, in_dtype, xt.one_d, xt.rows, K, out);
   fill_rows(r, xt.rows, K, nullptr);
   gated_ffn_into(wg, wu, wd_t, kind, xt.data, xt.rows, ids, idx.numel(), r.f32);
   return finish(r);
@@ -480,7 +505,8 @@ std::tuple<at::Tensor, at::Tensor> ffn_gated_threshold(
 // x [..., K] fp32/fp16/bf16 on the CPU, w [N, K] fp32/fp16/bf16, bias [N] any float dtype;
 // y [..., N] in x's dtype, accumulated in fp32. The only allocation is y: x and bias are
 // read in place when fp32 contiguous, else converted into per-thread scratch.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                  const std::optional<at::Tensor>& out) {
   pbops::wake_helpers(threads());  // knob prewake: helpers spin while we set up
   check_weight(w, "w");
   const pbops::WType wt = weight_type(w, "w");
@@ -491,7 +517,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
                     std::to_string(K), "], got ", shape_str(x.sizes()));
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
-  at::Tensor y = new_cpu(shape, x.scalar_type());
+  if (out.has_value()) check_out(*out, x.scalar_type(), shape);
+  at::Tensor y = out.has_value() ? *out : new_cpu(shape, x.scalar_type());
   const int64_t B = K > 0 ? x.numel() / K : 0;
   if (B == 0 || N == 0) return y;
   at::Tensor xk, bk;
@@ -673,15 +700,17 @@ void set_cpu_knobs(const std::vector<int64_t>& values) {
 }  // namespace
 
 TORCH_LIBRARY(powerbench_cpu, m) {
-  m.def("row(Tensor w, Tensor x, Tensor idx, Tensor? bias, bool relu, bool scatter, bool check)"
-        " -> Tensor",
+  m.def("row(Tensor w, Tensor x, Tensor idx, Tensor? bias, bool relu, bool scatter, bool check,"
+        " Tensor(a!)? out=None) -> Tensor",
         &row);
-  m.def("axpy(Tensor w_t, Tensor coeffs, Tensor idx, Tensor? bias, bool check) -> Tensor", &axpy);
+  m.def("axpy(Tensor w_t, Tensor coeffs, Tensor idx, Tensor? bias, bool check,"
+        " Tensor(a!)? out=None) -> Tensor",
+        &axpy);
   m.def("ffn_relu(Tensor x, Tensor w1, Tensor? b1, Tensor w2_t, Tensor? b2, Tensor idx,"
-        " bool check, bool in_dtype=False) -> Tensor",
+        " bool check, bool in_dtype=False, Tensor(a!)? out=None) -> Tensor",
         &ffn_relu);
   m.def("ffn_gated(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t, Tensor idx, int kind,"
-        " bool check, bool in_dtype=False) -> Tensor",
+        " bool check, bool in_dtype=False, Tensor(a!)? out=None) -> Tensor",
         &ffn_gated);
   m.def("ffn_relu_predicted(Tensor x, Tensor p_w1, Tensor? p_b1, Tensor p_w2_t, Tensor? p_b2,"
         " float threshold, bool hidden_relu, Tensor w1, Tensor? b1, Tensor w2_t, Tensor? b2)"
@@ -694,7 +723,7 @@ TORCH_LIBRARY(powerbench_cpu, m) {
   m.def("ffn_gated_threshold(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down_t,"
         " float threshold, int kind) -> (Tensor, Tensor)",
         &ffn_gated_threshold);
-  m.def("linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &linear);
+  m.def("linear(Tensor x, Tensor w, Tensor? bias, Tensor(a!)? out=None) -> Tensor", &linear);
   m.def("rms_norm(Tensor x, Tensor? weight, float eps) -> Tensor", &rms_norm);
   m.def("gated_activation(Tensor y, int kind) -> Tensor", &gated_activation);
   m.def("decode_attention(Tensor qkv, Tensor? cos, Tensor? sin, Tensor(a!) k_cache,"
@@ -718,16 +747,22 @@ TORCH_LIBRARY(powerbench_cpu, m) {
 // Measured on the 2-core EPYC host (2026-11-27 06:00 UTC), a C++ function that only
 // allocates a [1, 4096] output: 37.8 us per call through torch.ops and 20.9 us through
 // pybind11 after a 64 MB cache read, 2.3 vs 1.1 us warm; a 4096x16384 fp16 row product at
-// 90% sparsity takes 400-500 us. Same functions, same argument order, all positional.
+// 90% sparsity takes 400-500 us. Same functions, same argument order (positional; `out` may
+// be left out, or passed by name).
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("row", &row);
-  m.def("axpy", &axpy);
-  m.def("ffn_relu", &ffn_relu);
-  m.def("ffn_gated", &ffn_gated);
+  using pybind11::arg;
+  const auto out = arg("out") = pybind11::none();  // the result's tensor, or None: allocated
+  m.def("row", &row, arg("w"), arg("x"), arg("idx"), arg("bias"), arg("relu"), arg("scatter"),
+        arg("check"), out);
+  m.def("axpy", &axpy, arg("w_t"), arg("coeffs"), arg("idx"), arg("bias"), arg("check"), out);
+  m.def("ffn_relu", &ffn_relu, arg("x"), arg("w1"), arg("b1"), arg("w2_t"), arg("b2"),
+        arg("idx"), arg("check"), arg("in_dtype"), out);
+  m.def("ffn_gated", &ffn_gated, arg("x"), arg("w_gate"), arg("w_up"), arg("w_down_t"),
+        arg("idx"), arg("kind"), arg("check"), arg("in_dtype"), out);
   m.def("ffn_relu_predicted", &ffn_relu_predicted);
   m.def("ffn_gated_predicted", &ffn_gated_predicted);
   m.def("ffn_gated_threshold", &ffn_gated_threshold);
-  m.def("linear", &linear);
+  m.def("linear", &linear, arg("x"), arg("w"), arg("bias"), out);
   m.def("rms_norm", &rms_norm);
   m.def("gated_activation", &gated_activation);
   m.def("decode_attention", &decode_attention);
