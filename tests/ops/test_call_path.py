@@ -75,3 +75,24 @@ def test_results_are_allocated_without_the_dispatcher_and_follow_inference_mode(
         assert y.dtype == torch.float16 and not y.requires_grad and not y.is_inference(), name
         with torch.inference_mode():
             assert call().is_inference(), name
+
+
+def test_out_is_written_in_place_without_any_aten_op(cpu_ops):
+    """With out=, sparse_cpu's public calls and its linear write the caller's tensor in place:
+    no ATen op at all (a copy into out would show as aten::copy_), the same tensor back."""
+    torch.manual_seed(0)
+    w, wt = torch.randn(64, 32).half(), torch.randn(64, 32).half()
+    x, idx = torch.randn(1, 32).half(), torch.arange(0, 64, 3)
+    c, b1, b2 = torch.rand(1, idx.numel()).half(), torch.randn(64), torch.randn(32)
+    calls = {"row": lambda out: cpu_ops.row(w, x, idx, check=False, out=out),
+             "axpy": lambda out: cpu_ops.axpy(wt, c, idx, check=False, out=out),
+             "ffn_relu": lambda out: cpu_ops.ffn_relu(x, w, b1, wt, b2, idx, check=False,
+                                                      out=out),
+             "ffn_gated": lambda out: cpu_ops.ffn_gated(x, w, w, wt, idx, check=False, out=out),
+             "linear": lambda out: cpu_ops.linear(x, w, b1, out=out)}
+    for name, call in calls.items():
+        out = torch.empty_like(call(None))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            y = call(out)
+        assert [e.name for e in prof.events() if e.name.startswith("aten::")] == [], name
+        assert y is out, name
