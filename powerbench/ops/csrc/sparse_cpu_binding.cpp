@@ -2,6 +2,7 @@
 // torch.ops.powerbench_cpu.*, and the operators the Python backends call per token also as
 // plain functions of the extension module (pybind11, see the end of the file).
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
@@ -152,14 +153,19 @@ Tokens tokens(const at::Tensor& t, int64_t cols, const char* name, int slot, at:
 
 // The caller's tensor for a result (`out=`): a contiguous CPU tensor of the result's dtype
 // and shape, written in place and returned, so the call allocates nothing. Same messages
-// as the Python check (ops.checks.check_out).
-void check_out(const at::Tensor& out, at::ScalarType dtype, at::IntArrayRef shape) {
+// as the Python check (ops.checks.check_out). Returns whether the kernels may write it
+// directly: not when it shares memory with the tokens `x` they read (out=x), as the
+// result's first write would overwrite them; then the result is computed aside and
+// copied in, as the other backends do.
+bool check_out(const at::Tensor& out, at::ScalarType dtype, at::IntArrayRef shape,
+               const at::Tensor& x) {
   TORCH_CHECK_TYPE(out.scalar_type() == dtype, "out is ", dtype_str(out.scalar_type()),
                    ", the result is ", dtype_str(dtype));
   TORCH_CHECK_VALUE(out.sizes() == shape, "out has shape ", shape_str(out.sizes()),
                     ", the result is ", shape_str(shape));
   TORCH_CHECK_VALUE(out.device().is_cpu() && out.is_contiguous(),
                     "out must be a contiguous CPU tensor");
+  return at::get_overlap_status(out, x) == at::MemOverlapStatus::No;
 }
 
 // An operator's result: `y` ([B, cols], or [cols] for a one-token input, in the input's
@@ -170,7 +176,7 @@ struct Result {
   at::Tensor y;
   float* f32;
   at::ScalarType dtype;
-  std::optional<at::Tensor> out;  // the caller's tensor, when y could not be it (float64)
+  std::optional<at::Tensor> out;  // the caller's tensor, when y could not be it (below)
 };
 
 Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int64_t cols,
@@ -179,9 +185,11 @@ Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int6
   const bool half = s == at::kHalf || s == at::kBFloat16;
   const at::ScalarType ys = half ? s : at::kFloat;
   const bool flat = in_dtype && one_d;
-  if (out.has_value()) {
-    check_out(*out, s, flat ? at::IntArrayRef{cols} : at::IntArrayRef{B, cols});
-    if (s == ys) return {*out, half ? linear_scratch(2, B * cols) : out->data_ptr<float>(), s, {}};
+  if (out.has_value()) {  // written directly unless it is float64 or holds the tokens
+    const bool direct = check_out(*out, s, flat ? at::IntArrayRef{cols} : at::IntArrayRef{B, cols},
+                                  like);
+    if (direct && s == ys)
+      return {*out, half ? linear_scratch(2, B * cols) : out->data_ptr<float>(), s, {}};
   }
   at::Tensor y = flat ? new_cpu({cols}, ys) : new_cpu({B, cols}, ys);
   return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s, out};
@@ -196,13 +204,12 @@ void fill_rows(const Result& r, int64_t B, int64_t cols, const float* bias) {
 }
 
 at::Tensor finish(const Result& r) {
-  if (r.y.scalar_type() != at::kFloat) {
-    pbops::from_float(weight_type(r.y, "y"), r.f32, r.y.numel(), r.y.data_ptr());
-    return r.y;
-  }
-  if (r.dtype == at::kFloat) return r.y;
-  // e.g. float64 x: fp32 -> x's dtype
-  return r.out.has_value() ? r.out->copy_(r.y) : r.y.to(r.dtype);
+  at::Tensor y = r.y;
+  if (y.scalar_type() != at::kFloat)
+    pbops::from_float(weight_type(y, "y"), r.f32, y.numel(), y.data_ptr());
+  else if (r.dtype != at::kFloat)
+    y = y.to(r.dtype);  // e.g. float64 x: fp32 -> x's dtype
+  return r.out.has_value() ? r.out->copy_(y) : y;
 }
 
 int threads() { return at::get_num_threads(); }
@@ -517,10 +524,10 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
                     std::to_string(K), "], got ", shape_str(x.sizes()));
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
-  if (out.has_value()) check_out(*out, x.scalar_type(), shape);
-  at::Tensor y = out.has_value() ? *out : new_cpu(shape, x.scalar_type());
+  const bool direct = out.has_value() && check_out(*out, x.scalar_type(), shape, x);
+  at::Tensor y = direct ? *out : new_cpu(shape, x.scalar_type());
   const int64_t B = K > 0 ? x.numel() / K : 0;
-  if (B == 0 || N == 0) return y;
+  if (B == 0 || N == 0) return out.has_value() ? *out : y;
   at::Tensor xk, bk;
   const float* xf = as_f32(x, "x", 0, xk);
   const float* b = nullptr;
@@ -531,7 +538,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
     b = as_f32(*bias, "bias", 1, bk);
   }
   pbops::dense(wt, w.data_ptr(), N, K, xf, B, b, ot, y.data_ptr(), N, threads());
-  return y;
+  return out.has_value() && !direct ? out->copy_(y) : y;
 }
 
 // ---- fused decode-step operators (one new token per row) ----------------------------------
@@ -629,7 +636,8 @@ double read_bandwidth_sum(const at::Tensor& buf) {
 // row-slot schedule, 1: merged runs of adjacent rows.
 int64_t gather_probe(const std::vector<at::Tensor>& mats, const at::Tensor& idx, int64_t mode,
                      bool check) {
-  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "gather probe mode must be 0 (slots), 1 (runs) or 2 (wide), got ",
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2,
+                    "gather probe mode must be 0 (slots), 1 (runs) or 2 (wide), got ",
                     std::to_string(mode));
   TORCH_CHECK_VALUE(!mats.empty(), "gather probe needs at least one matrix");
   const int64_t N = mats[0].dim() == 2 ? mats[0].size(0) : -1;
