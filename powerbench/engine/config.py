@@ -154,8 +154,8 @@ class EngineConfig:
 class DecoderEngineConfig(EngineConfig):
     # dense projections (attention, output projection, dense FFN): auto | torch | sparse_cpu
     # (auto: the sparse_cpu matrix-vector kernel for calls of <= dense_kernel_max_rows rows
-    # with fp16/bf16 weights on the CPU when the extension builds, else F.linear;
-    # sparse_cpu: the kernel for fp32 weights too; powerbench.engine.linear)
+    # on the CPU when the extension builds, else F.linear; sparse_cpu: the same, with a
+    # warning when it cannot be built; powerbench.engine.linear)
     dense_kernel: str = "auto"
     dense_kernel_max_rows: int = 8
     huge_pages: bool = True  # weights on 2 MiB pages (powerbench.engine.weights.use_huge_pages)

@@ -73,8 +73,7 @@ def working_set_bandwidth(nbytes: float, dim: int = 256, dtype: torch.dtype = to
                           shapes: Sequence[tuple[int, int]] | None = None) -> float:
     """Bytes/s of matrix-vector products streaming `nbytes` of weight matrices (one product
     each, like a model's), computed by the decoder's own dense projection
-    (`powerbench.engine.linear.make_linear`: our dense kernel for fp16/bf16 weights,
-    torch's for fp32). `shapes`: the [out, in] matrices in the engine's order, repeated
+    (`powerbench.engine.linear.make_linear`: our dense kernel on the CPU). `shapes`: the [out, in] matrices in the engine's order, repeated
     until the working set is full (`layer_matrix_shapes`: a decoder layer's, so each call
     streams what the engine's does, in its mix of tall and long-row matrices); else 1 MB
     [rows, dim] pieces. The twin charges each call's fixed

@@ -211,14 +211,19 @@ def with_knob_variants(engines: dict[str, Decoder], predictor_bytes: dict[str, i
 
 
 def build_engines(loaded: Any, strategies: Sequence[str], predictor_sets: dict[str, Any],
-                  backend: str, unfused: str | None) -> dict[str, Decoder]:
+                  backend: str, unfused: str | None, torch_linear_baseline: bool = False
+                  ) -> dict[str, Decoder]:
     """Decoders sharing one set of weights: "dense" plus one sparse per strategy (and,
-    with `unfused`, that strategy's predictor run in torch before the operator)."""
+    with `unfused`, that strategy's predictor run in torch before the operator; with
+    `torch_linear_baseline`, "dense F.linear": the dense decoder with every projection in
+    torch)."""
     from powerbench.engine.decoder_engine import DecoderEngine
     from powerbench.engine.sparse import SparseFFN
 
     dense = DecoderEngine().build_decoder(loaded)
     engines = {"dense": dense}
+    if torch_linear_baseline:
+        engines["dense F.linear"] = _torch_linear_decoder(dense)
     for name in strategies:
         engines[name] = Decoder(dense.w, ffn=SparseFFN(dense.w, backend, predictor_sets[name],
                                                        loaded=loaded))
@@ -226,6 +231,13 @@ def build_engines(loaded: Any, strategies: Sequence[str], predictor_sets: dict[s
         engines[f"{unfused} unfused"] = Decoder(dense.w, ffn=SparseFFN(
             dense.w, backend, predictor_sets[unfused], fused=False, loaded=loaded))
     return engines
+
+
+def _torch_linear_decoder(dense: Decoder) -> Decoder:
+    """`dense` with every projection (its dense FFN's too) in torch's F.linear."""
+    import torch.nn.functional as F
+
+    return Decoder(dense.w, linear=F.linear)
 
 
 def build_synthetic_engines(weights: Any, profile: Any, backend: str, predictor_rank: int = 0,
@@ -236,15 +248,13 @@ def build_synthetic_engines(weights: Any, profile: Any, backend: str, predictor_
     `predictor_rank > 0`, the same with a low-rank predictor's cost; and predictor bytes.
     With `torch_linear_baseline`, also "dense F.linear": the dense decoder with every
     projection in torch (the others use the default dense kernel, `engine.linear`)."""
-    import torch.nn.functional as F
-
     from powerbench.engine.sparse import SparseFFN
     from powerbench.engine.synthetic import TraceReplay
 
     dense = Decoder(weights)
     engines, pbytes = {"dense": dense}, {}
     if torch_linear_baseline:
-        engines["dense F.linear"] = Decoder(weights, linear=F.linear)
+        engines["dense F.linear"] = _torch_linear_decoder(dense)
     variants = [TraceReplay(profile)]
     if predictor_rank > 0:
         variants.append(TraceReplay(profile, rank=predictor_rank, d_model=weights.d_model,

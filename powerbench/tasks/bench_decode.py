@@ -47,7 +47,8 @@ def bench_decode_model(task: BenchDecodeTask, cfg: PowerbenchConfig, out_dir: Pa
         pbytes[name] = int(metrics.get("predictor_param_bytes", 0))
     if task.unfused:
         pbytes[f"{task.unfused} unfused"] = pbytes[task.unfused]
-    engines = build_engines(loaded, task.predictors, sets, task.backend, task.unfused)
+    engines = build_engines(loaded, task.predictors, sets, task.backend, task.unfused,
+                            task.torch_linear_baseline)
     engines = with_knob_variants(engines, pbytes, task.variants or ())
     bench = cfg.bench
     ids = build_prompt_batch(loaded.tokenizer, split.heldout, bench.prompt_tokens,

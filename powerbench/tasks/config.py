@@ -83,8 +83,8 @@ class BenchDecodeTask:
     layers: int | None = None  # cap the synthetic model's layers (memory/time); None: all
     seed: int = 0  # synthetic weights, prompt and activation trace
     predictor_rank: int = 0  # > 0: also time a random low-rank predictor's cost (synthetic)
-    # also time the dense decoder with every projection in F.linear (engine "dense F.linear",
-    # synthetic only), beside the default dense kernel (powerbench.engine.linear)
+    # also time the dense decoder with every projection in F.linear (engine "dense F.linear"),
+    # beside the default dense kernel (powerbench.engine.linear)
     torch_linear_baseline: bool = False
     # sparse_cpu knob settings, each engine timed once per setting in the same rounds, every
     # kernel call of its generations under it (bench-operators' syntax:

@@ -72,19 +72,22 @@ def test_seam_uses_the_kernel_for_few_rows_and_torch_for_many(cpu_ops, gen):
     assert calls == [few.shape]
 
 
-def test_auto_uses_the_kernel_for_half_weights_only(cpu_ops, gen):
+def test_auto_uses_the_kernel_for_every_weight_dtype(cpu_ops, gen):
+    """auto: our kernel for fp32 weights too (it outran torch's fp32 GEMV, 2026-11-27)."""
+    linear = make_linear("auto", "cpu")
+    assert kernel_name(linear) == "sparse_cpu"
     calls = []
 
     def gemv(x, w, b):
         calls.append(w.dtype)
         return cpu_ops.prepare_linear()(x, w, b)
 
-    linear = small_batch_linear(gemv, max_rows=8, half_only=True)
+    linear = small_batch_linear(gemv, max_rows=8)
     x = torch.randn(1, 12, generator=gen)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         w = torch.randn(9, 12, generator=gen).to(dtype)
         linear(x.to(dtype), w, None)
-    assert calls == [torch.float16, torch.bfloat16]
+    assert calls == [torch.float32, torch.float16, torch.bfloat16]
 
 
 def test_make_linear_choices(cpu_ops):

@@ -120,12 +120,14 @@ FAST_TINY = ["profiling.max_tokens=2048", "profiling.samples_per_layer=512",
 def test_bench_decode_task(run_cli, tiny_overrides, tmp_path, capsys):
     run_dir = tmp_path / "bench"
     run_cli(["bench-decode", *tiny_overrides, *FAST_TINY, "task.rounds=2",
-             "task.predictors=[oracle]", "task.unfused=null", f"hydra.run.dir={run_dir}"])
+             "task.predictors=[oracle]", "task.unfused=null", "task.torch_linear_baseline=true",
+             f"hydra.run.dir={run_dir}"])
     import pandas as pd
 
     (out,) = run_dir.glob("*.csv")  # the harness's report, in the run's own directory
     table = pd.read_csv(out)
-    assert set(table["predictor"]) == {"none", "oracle"} and (table["decode_tokens_per_s"] > 0).all()
+    assert set(table["predictor"]) == {"none", "dense F.linear", "oracle"}
+    assert (table["decode_tokens_per_s"] > 0).all()
     assert len(_runs(run_cli.store, "bench_decode")) == 1
     assert "measured on this machine" in capsys.readouterr().out
 
