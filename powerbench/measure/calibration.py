@@ -50,7 +50,8 @@ def layer_matrix_shapes(d_model: int, d_ffn: int) -> list[tuple[int, int]]:
     """The [out, in] weight matrices one decode step of a decoder layer streams through
     the dense projection, in the decoder's order: Q/K/V stacked [3 d, d] (one product),
     O [d, d], the FFN's up [d_ffn, d] and down [d, d_ffn] (stored [out, in]: long rows,
-    which torch's fp32 GEMV streams ~25% faster than tall ones on this machine's CPU)."""
+    which a GEMV may stream at another rate than tall ones: torch's fp32 GEMV ~25% faster
+    on this machine's CPU)."""
     return [(3 * d_model, d_model), (d_model, d_model), (d_ffn, d_model), (d_model, d_ffn)]
 
 

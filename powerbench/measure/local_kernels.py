@@ -11,7 +11,7 @@ prompt far below that GEMM rate. Here, for each (dtype, threads) of the config:
                      O, FFN up and down: `kernel_stream=layer`) layer after layer over a
                      working set far beyond the last-level cache (one product per matrix,
                      as decode's; `ffn_up`: [ffn, width] matrices only, which torch's fp32
-                     GEMV streams slower than the down matrix's long rows)
+                     GEMV streamed slower than the down matrix's long rows)
     gemm_flops       one layer's products for a prompt of `kernel_prompt_rows` rows
     attention_flops  causal attention over that prompt at `kernel_heads` x `kernel_head_dim`
     op_s             per operator of a decode attention block issued from Python (dispatch,
