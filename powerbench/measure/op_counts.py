@@ -45,7 +45,8 @@ def _step_counts(decoder: Any, n_layers: int, prompt: torch.Tensor,
     from powerbench.engine.decoder import Decoder
 
     weights = replace(decoder.w, layers=decoder.w.layers[:n_layers])
-    sub = Decoder(weights, ffn=decoder.ffn)
+    sub = Decoder(weights, ffn=decoder.ffn, linear=decoder.linear,  # decoder's own kernels
+                  fused=decoder.kernels is not None)
     counter = OpCounter()
     sub.ffn = _RegionFFN(decoder.ffn, counter)
     with torch.inference_mode():
