@@ -173,29 +173,29 @@ def buffers(like: torch.Tensor, on: bool) -> Callable[[int], torch.Tensor | None
 
 
 def dense_fn(op: str, layer: LayerData, x: torch.Tensor, coeffs: torch.Tensor,
-             linear: Linear | None = None, out_buffers: bool = False
+             linear: Linear = torch_linear, out_buffers: bool = False
              ) -> Callable[[], torch.Tensor]:
-    """The op on the full matrices with a dense matrix product: ``torch.matmul`` (linear None)
-    or ``linear(x, w, bias, out)``, its results (the hidden activations too) in buffers
+    """The op on the full matrices with a dense matrix product ``linear(x, w, bias, out)``
+    (default ``torch.matmul``), its results (the hidden activations too) in buffers
     allocated once when ``out_buffers``. Every weight in HF (nn.Linear) layout: torch's CPU
     fp16 matmul against a [d_ffn, d_model] right operand is ~30x slower than against the
     transposed view, so the dense baselines get the layout they are fast with."""
     wg, wu, wd = layer.w_gate, layer.w_up, layer.w_down
     b1, b2 = layer.b1.to(x.dtype), layer.b2.to(x.dtype)
-    lin = linear or torch_linear
     new = buffers(x, out_buffers)
     d_ffn, d_model = wg.shape
     if op == "row":
         y = new(d_ffn)
-        return lambda: lin(x, wg, None, y)
+        return lambda: linear(x, wg, None, y)
     y = new(d_model)
     if op == "axpy":
-        return lambda: lin(coeffs, wd, None, y)
+        return lambda: linear(coeffs, wd, None, y)
     g = new(d_ffn)
     if op == "ffn_relu":
-        return lambda: lin(torch.relu_(lin(x, wg, b1, g)), wd, b2, y)
+        return lambda: linear(torch.relu_(linear(x, wg, b1, g)), wd, b2, y)
     u = new(d_ffn)
-    return lambda: lin(torch.relu_(lin(x, wg, None, g)).mul_(lin(x, wu, None, u)), wd, None, y)
+    return lambda: linear(torch.relu_(linear(x, wg, None, g)).mul_(linear(x, wu, None, u)), wd,
+                          None, y)
 
 
 def sparse_fn(op: str, ops: SparseOps, layer: LayerData, x: torch.Tensor,
@@ -305,9 +305,9 @@ def make_contenders(cfg: OperatorBenchConfig) -> list[Contender]:
     return made
 
 
-def dense_kernels(cfg: OperatorBenchConfig) -> dict[str, Linear | None]:
+def dense_kernels(cfg: OperatorBenchConfig) -> dict[str, Linear]:
     """torch.matmul, and on the CPU our dense kernel (the C++ extension's linear)."""
-    kernels: dict[str, Linear | None] = {TORCH_DENSE: torch_linear}
+    kernels: dict[str, Linear] = {TORCH_DENSE: torch_linear}
     if cfg.device == "cpu":
         kernels[OURS_DENSE] = get_backend("sparse_cpu", fallback=False).prepare_linear()
     return kernels
@@ -340,7 +340,7 @@ class _Case:
 
 def _measure_op(case: _Case, cfg: OperatorBenchConfig, timer: Timer, layer: LayerData,
                 x: torch.Tensor, coeffs: torch.Tensor, contenders: list[Contender],
-                dense: dict[str, Linear | None], bandwidth: Bandwidth, gen: torch.Generator,
+                dense: dict[str, Linear], bandwidth: Bandwidth, gen: torch.Generator,
                 home: str, probe: SparseOps | None, log: Callable[[str], None]
                 ) -> list[ResultRow]:
     skipped = [c.backend for c in contenders if not c.runs(DTYPES[case.dtype])]

@@ -22,7 +22,7 @@ Conventions (all backends):
   dtype and shape to write the result into; the call returns it and allocates nothing
   (sparse_cpu writes it in place; other backends compute, then copy). A decode loop or a
   benchmark allocates its results once this way: on sparse_cpu a cold call's allocation
-  of its result cost ~13-17 us, as long as reading ~0.5 MB of weights.
+  of its result cost 12-17 us, as long as reading ~0.5 MB of weights.
 * ``check=True`` (default) validates ids: out-of-range -> IndexError, repeated -> ValueError,
   wrong dtype -> TypeError. On CUDA this check synchronises with the device; pass
   ``check=False`` in a decode loop once the predictor is trusted.

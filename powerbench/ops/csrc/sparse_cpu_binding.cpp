@@ -184,15 +184,14 @@ Result result(const at::Tensor& like, bool in_dtype, bool one_d, int64_t B, int6
   const at::ScalarType s = in_dtype ? like.scalar_type() : at::kFloat;
   const bool half = s == at::kHalf || s == at::kBFloat16;
   const at::ScalarType ys = half ? s : at::kFloat;
-  const bool flat = in_dtype && one_d;
-  if (out.has_value()) {  // written directly unless it is float64 or holds the tokens
-    const bool direct = check_out(*out, s, flat ? at::IntArrayRef{cols} : at::IntArrayRef{B, cols},
-                                  like);
-    if (direct && s == ys)
-      return {*out, half ? linear_scratch(2, B * cols) : out->data_ptr<float>(), s, {}};
-  }
-  at::Tensor y = flat ? new_cpu({cols}, ys) : new_cpu({B, cols}, ys);
-  return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s, out};
+  const int64_t dims[2] = {B, cols};  // [cols] for a one-token input in its own dtype
+  const at::IntArrayRef shape = in_dtype && one_d ? at::IntArrayRef(dims + 1, 1)
+                                                  : at::IntArrayRef(dims, 2);
+  // out is written directly unless it is float64 or holds the tokens (check_out)
+  const bool direct = out.has_value() && check_out(*out, s, shape, like) && s == ys;
+  at::Tensor y = direct ? *out : new_cpu(shape, ys);
+  return {y, half ? linear_scratch(2, B * cols) : y.data_ptr<float>(), s,
+          direct ? std::nullopt : out};
 }
 
 // r.f32[b, :] = bias (or 0) for b < B
