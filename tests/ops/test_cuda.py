@@ -92,6 +92,19 @@ def test_all_ops_against_float64(cuda_ops, dtype):
                             rand(batch, n, gen=gen, dtype=dtype), dtype)
 
 
+@pytest.mark.parametrize("one_d", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_out_gets_the_result_and_is_returned(cuda_ops, dtype, one_d):
+    """out= on the GPU (sparse_cuda computes, then copies: writes_out is False)."""
+    from .test_out import calls
+
+    for name, fn in calls(dtype=dtype, one_d=one_d, device="cuda"):
+        want = fn(cuda_ops)
+        out = torch.full_like(want, float("nan"))
+        assert fn(cuda_ops, out) is out, name
+        torch.testing.assert_close(out, want, rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_unaligned_weights_and_x(cuda_ops, dtype):
     """Tensors one element past a 16-byte boundary take the scalar loads."""

@@ -12,16 +12,17 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def calls(d: int = 24, n: int = 40, batch: int = 2, dtype: torch.dtype = torch.float32,
-          one_d: bool = False):
-    """(name, fn(ops, out=None)) for every public operator on odd sizes."""
+          one_d: bool = False, device: str = "cpu"):
+    """(name, fn(ops, out=None)) for every public operator on odd sizes, tensors on
+    `device`."""
     g = torch.Generator().manual_seed(3)
-    w = torch.randn(n, d, generator=g).to(dtype)
-    x = torch.randn(batch, d, generator=g).to(dtype)
+    w = torch.randn(n, d, generator=g).to(device, dtype)
+    x = torch.randn(batch, d, generator=g).to(device, dtype)
     x = x[0] if one_d else x
-    idx = torch.tensor([1, 4, 5, 17, 38, 39, 22])
-    c = torch.randn(*(() if one_d else (batch,)), idx.numel(), generator=g).to(dtype)
-    b1, b2 = torch.randn(n, generator=g), torch.randn(d, generator=g)
-    scores = torch.randn(n, generator=g)
+    idx = torch.tensor([1, 4, 5, 17, 38, 39, 22], device=device)
+    c = torch.randn(*(() if one_d else (batch,)), idx.numel(), generator=g).to(device, dtype)
+    b1, b2 = torch.randn(n, generator=g).to(device), torch.randn(d, generator=g).to(device)
+    scores = torch.randn(n, generator=g).to(device)
     return [
         ("row", lambda ops, out=None: ops.row(w, x, idx, bias=b1, relu=True, out=out)),
         ("row_scatter", lambda ops, out=None: ops.row(w, x, idx, True, out=out)),

@@ -756,23 +756,30 @@ TORCH_LIBRARY(powerbench_cpu, m) {
 // pybind11 after a 64 MB cache read, 2.3 vs 1.1 us warm; a 4096x16384 fp16 row product at
 // 90% sparsity takes 400-500 us. Same functions, same argument order (positional; `out` may
 // be left out, or passed by name).
+// Each releases the GIL while it runs (torch.ops does the same): engine=hybrid's CPU part runs
+// on a worker thread while the decoder thread issues the GPU part from Python, and an
+// operator holding the GIL stopped that thread for its whole run (an H100 host, 2026-11-27:
+// the GPU part's launches waited behind the CPU part). Arguments are converted before the
+// release and the result after it.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using pybind11::arg;
   const auto out = arg("out") = pybind11::none();  // the result's tensor, or None: allocated
+  const auto nogil = pybind11::call_guard<pybind11::gil_scoped_release>();
   m.def("row", &row, arg("w"), arg("x"), arg("idx"), arg("bias"), arg("relu"), arg("scatter"),
-        arg("check"), out);
-  m.def("axpy", &axpy, arg("w_t"), arg("coeffs"), arg("idx"), arg("bias"), arg("check"), out);
+        arg("check"), out, nogil);
+  m.def("axpy", &axpy, arg("w_t"), arg("coeffs"), arg("idx"), arg("bias"), arg("check"), out,
+        nogil);
   m.def("ffn_relu", &ffn_relu, arg("x"), arg("w1"), arg("b1"), arg("w2_t"), arg("b2"),
-        arg("idx"), arg("check"), arg("in_dtype"), out);
+        arg("idx"), arg("check"), arg("in_dtype"), out, nogil);
   m.def("ffn_gated", &ffn_gated, arg("x"), arg("w_gate"), arg("w_up"), arg("w_down_t"),
-        arg("idx"), arg("kind"), arg("check"), arg("in_dtype"), out);
-  m.def("ffn_relu_predicted", &ffn_relu_predicted);
-  m.def("ffn_gated_predicted", &ffn_gated_predicted);
-  m.def("ffn_gated_threshold", &ffn_gated_threshold);
-  m.def("linear", &linear, arg("x"), arg("w"), arg("bias"), out);
-  m.def("rms_norm", &rms_norm);
-  m.def("gated_activation", &gated_activation);
-  m.def("decode_attention", &decode_attention);
-  m.def("read_bandwidth_sum", &read_bandwidth_sum);
-  m.def("gather_probe", &gather_probe);
+        arg("idx"), arg("kind"), arg("check"), arg("in_dtype"), out, nogil);
+  m.def("ffn_relu_predicted", &ffn_relu_predicted, nogil);
+  m.def("ffn_gated_predicted", &ffn_gated_predicted, nogil);
+  m.def("ffn_gated_threshold", &ffn_gated_threshold, nogil);
+  m.def("linear", &linear, arg("x"), arg("w"), arg("bias"), out, nogil);
+  m.def("rms_norm", &rms_norm, nogil);
+  m.def("gated_activation", &gated_activation, nogil);
+  m.def("decode_attention", &decode_attention, nogil);
+  m.def("read_bandwidth_sum", &read_bandwidth_sum, nogil);
+  m.def("gather_probe", &gather_probe, nogil);
 }
