@@ -244,3 +244,22 @@ def test_out_buffers_give_the_allocating_calls_values_in_reused_tensors(backends
         reused = name != "sparse_torch"
         assert (first is second) == reused, name
         torch.testing.assert_close(second, make(False)(), rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_cuda_rows_are_held_to_the_gpu_targets():
+    """5x cuBLAS at 90%; 60% of the HBM bandwidth on the bytes touched at 50-95%."""
+    def row(sparsity, speedup, gbps):
+        return ResultRow(device="cuda", backend="sparse_cuda", isa="", op="row",
+                         shape="4096x16384", dtype="fp16", batch=1, sparsity=sparsity,
+                         time_us=1.0, dense_kernel="torch_dense", dense_time_us=speedup,
+                         speedup=speedup, achieved_gbps=gbps, dense_gbps=3000.0,
+                         bandwidth_gbps=3000.0)
+
+    (note,) = target_notes([row(0.0, 0.9, 2700.0), row(0.5, 1.9, 2400.0),
+                            row(0.9, 4.3, 1200.0), row(0.95, 5.5, 700.0)])
+    assert "b1: 90% 4.30x MISSED (>= 5); share" in note  # no target at 0% on the GPU
+    assert ("share of HBM bandwidth on the bytes touched at 50-95%: worst 23.3% at 95% "
+            "MISSED (>= 60%)") in note
+    (note,) = target_notes([row(0.5, 1.9, 2400.0), row(0.9, 6.0, 1900.0)])
+    assert note.endswith("90% 6.00x (>= 5); share of HBM bandwidth on the bytes touched at "
+                         "50-95%: worst 63.3% at 90% (>= 60%)")
