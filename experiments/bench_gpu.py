@@ -4,8 +4,13 @@
     PYTHONPATH=. python3 experiments/bench_gpu.py hybrid [--model opt_6_7b] [--layers 8]
         [--shares 0.25 0.5] [--rounds 5] [--threads 8] [--no-simulate] [--publish]
 
+    PYTHONPATH=. python3 experiments/bench_gpu.py timeline [--share 0.25] [--out-dir DIR]
     PYTHONPATH=. python3 experiments/bench_gpu.py kernels [--shapes 4096x16384] [--batches 1 8]
         [--sparsities 0.5 0.9 0.99] [--ops row axpy ffn_relu ffn_gated] [--reps 20]
+
+`timeline`: engine=hybrid's host time per FFN call, phase by phase (the decoder thread's
+mask, hand-over, GPU-part launches and merge; the worker's CPU part), and a profiler trace
+of one generation (powerbench.measure.hybrid_timeline). A development aid, like `kernels`.
 
 `kernels`: every GPU kernel (and memset) one sparse_cuda call launches, timed by the torch
 profiler (fp16 weights and x, the benchmark's layer and sorted int64 ids, L2 flushed before
@@ -161,6 +166,37 @@ def hybrid(args: argparse.Namespace) -> int:
     return 0
 
 
+def timeline(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from powerbench.engine.synthetic import synthetic_decoder_weights, trace_profile
+    from powerbench.measure.hybrid_bench import hybrid_decoder
+    from powerbench.measure.hybrid_timeline import chrome_trace, phase_table, phase_times
+
+    full = model_spec(args.model)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu.py timeline needs a CUDA GPU (engine=hybrid)")
+    spec = dataclasses.replace(full, n_layers=min(args.layers, full.n_layers))
+    profile = trace_profile(full, spec.n_layers, trace_tokens=256)
+    weights = synthetic_decoder_weights(spec, torch.float16, device="cuda")
+    decoder = hybrid_decoder(weights, spec, profile, args.share)
+    ids = torch.randint(0, spec.vocab_size, (1, args.prompt_tokens),
+                        generator=torch.Generator().manual_seed(0)).to("cuda")
+    torch.set_num_threads(args.threads)
+    result = phase_times(decoder, ids, args.new_tokens)
+    result["cpu_part_threads"] = decoder.ffn.cpu_runner.threads.chosen
+    print(f"{full.name}, {spec.n_layers} layers, {args.share:.0%} of the FFN on the GPU, "
+          f"CPU part on {result['cpu_part_threads']} thread(s)")
+    print(phase_table(result))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"timeline_{full.name}_{round(100 * args.share)}"
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    print("trace:", chrome_trace(decoder, ids, 6, args.out_dir / f"{stem}.json.gz"))
+    decoder.ffn.cpu_runner.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from powerbench.ops.bench import DTYPES, OPS
 
@@ -187,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     k.add_argument("--reps", type=int, default=20)
     k.set_defaults(run=kernels)
+    t = sub.add_parser("timeline", help="engine=hybrid's host time by phase, and a trace")
+    t.add_argument("--model", default="opt_6_7b")
+    t.add_argument("--layers", type=int, default=8)
+    t.add_argument("--share", type=float, default=0.25, help="share of the FFN on the GPU")
+    t.add_argument("--new-tokens", type=int, default=32)
+    t.add_argument("--prompt-tokens", type=int, default=16)
+    t.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
+    t.add_argument("--out-dir", type=Path, default=Path("."))
+    t.set_defaults(run=timeline)
     h = sub.add_parser("hybrid", help="engine=hybrid vs layer offload (+ simulated twin)")
     h.add_argument("--model", default="opt_6_7b")
     h.add_argument("--layers", type=int, default=8)

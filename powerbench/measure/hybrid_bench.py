@@ -148,6 +148,18 @@ class BenchEngine:
         object.__setattr__(self, "system", self.system or self.name)
 
 
+def hybrid_decoder(weights: Any, spec: ModelSpec, profile: Any, share: float,
+                   masks: ReplayMasks | None = None, gpu_backend: str = "sparse_cuda",
+                   cpu_backend: str = "sparse_cpu") -> Decoder:
+    """PowerInfer's split of `share` of the FFN neurons (the hottest, `hot_neuron_placement`)
+    with the profile's replayed active sets: the benchmark's hybrid row."""
+    return Decoder(weights, ffn=HybridFFN(
+        weights, hot_neuron_placement(spec, profile, share),
+        predictors=masks if masks is not None else ReplayMasks(profile, weights.device),
+        active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend,
+        time_gpu_part=False))
+
+
 def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[float, ...],
                   gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
                   ) -> list[BenchEngine]:
@@ -162,11 +174,9 @@ def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[flo
                                                                   TraceReplay(profile))))]
     for share in shares:
         offload = f"layer offload {share:.0%}"
-        engines.append(BenchEngine(f"hybrid {share:.0%}", Decoder(weights, ffn=HybridFFN(
-            weights, hot_neuron_placement(spec, profile, share), predictors=masks,
-            active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend,
-            time_gpu_part=False)),
-            share, peer=offload))
+        engines.append(BenchEngine(f"hybrid {share:.0%}", hybrid_decoder(
+            weights, spec, profile, share, masks, gpu_backend, cpu_backend), share,
+            peer=offload))
         engines.append(BenchEngine(offload, Decoder(weights, ffn=HybridFFN(
             weights, layer_offload_placement(spec, share), active="dense",
             gpu_backend=gpu_backend, cpu_backend=cpu_backend, time_gpu_part=False)), share))

@@ -51,6 +51,14 @@ def test_hybrid_imports_without_hydra_and_stops_without_a_gpu(tmp_path):
     assert "blocked" not in done.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU stop")
+def test_timeline_imports_without_hydra_and_stops_without_a_gpu(tmp_path):
+    done = run_script("timeline", "--layers", "1", "--out-dir", str(tmp_path))
+    assert done.returncode != 0
+    assert "timeline needs a CUDA GPU" in done.stderr, done.stderr
+    assert "blocked" not in done.stderr
+
+
 def test_yaml_spec_is_the_composed_one():
     """The script's spec (model yaml read with PyYAML) equals the library's (Hydra)."""
     import runpy
