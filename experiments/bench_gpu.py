@@ -148,7 +148,7 @@ def hybrid(args: argparse.Namespace) -> int:
     cfg = HybridBenchConfig(layers=args.layers, gpu_ffn_shares=tuple(args.shares),
                             batch=args.batch, prompt_tokens=args.prompt_tokens,
                             new_tokens=args.new_tokens, rounds=args.rounds,
-                            cpu_threads=args.threads)
+                            cpu_threads=args.threads, cpu_parts=tuple(args.cpu_parts))
     full = model_spec(args.model)
     if not torch.cuda.is_available():
         raise SystemExit(f"bench_gpu.py hybrid needs a CUDA GPU (engine=hybrid) and none is "
@@ -180,17 +180,17 @@ def timeline(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(full, n_layers=min(args.layers, full.n_layers))
     profile = trace_profile(full, spec.n_layers, trace_tokens=256)
     weights = synthetic_decoder_weights(spec, torch.float16, device="cuda")
-    decoder = hybrid_decoder(weights, spec, profile, args.share)
+    decoder = hybrid_decoder(weights, spec, profile, args.share, cpu_part=args.cpu_part)
     ids = torch.randint(0, spec.vocab_size, (1, args.prompt_tokens),
                         generator=torch.Generator().manual_seed(0)).to("cuda")
     torch.set_num_threads(args.threads)
     result = phase_times(decoder, ids, args.new_tokens)
     result["cpu_part_threads"] = decoder.ffn.cpu_runner.threads.chosen
     print(f"{full.name}, {spec.n_layers} layers, {args.share:.0%} of the FFN on the GPU, "
-          f"CPU part on {result['cpu_part_threads']} thread(s)")
+          f"CPU part ({args.cpu_part}) on {result['cpu_part_threads']} thread(s)")
     print(phase_table(result))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"timeline_{full.name}_{round(100 * args.share)}"
+    stem = f"timeline_{full.name}_{round(100 * args.share)}_{args.cpu_part}"
     (args.out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
     print("trace:", chrome_trace(decoder, ids, 6, args.out_dir / f"{stem}.json.gz"))
     decoder.ffn.cpu_runner.close()
@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--new-tokens", type=int, default=32)
     t.add_argument("--prompt-tokens", type=int, default=16)
     t.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
+    t.add_argument("--cpu-part", default="worker", choices=("worker", "inline"))
     t.add_argument("--out-dir", type=Path, default=Path("."))
     t.set_defaults(run=timeline)
     h = sub.add_parser("hybrid", help="engine=hybrid vs layer offload (+ simulated twin)")
@@ -241,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--prompt-tokens", type=int, default=16)
     h.add_argument("--batch", type=int, default=1)
     h.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
+    h.add_argument("--cpu-parts", nargs="+", default=["worker", "inline"],
+                   help="the hybrid rows' CPU-part modes (engine.ffn.cpu_part), a row each")
     h.add_argument("--no-simulate", action="store_true",
                    help="skip the simulated twin (it first measures this machine's local "
                         "profile, GPU included: microbenchmarks of a few minutes)")

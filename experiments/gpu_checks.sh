@@ -1,5 +1,5 @@
 #!/bin/bash
-# Everything a lent GPU machine is for, in one command (about 6 minutes on an H100 with a
+# Everything a lent GPU machine is for, in one command (about 8 minutes on an H100 with a
 # 16-core host): build both extensions, run the GPU tests, publish results/operators_cuda
 # (stream-launched and CUDA-graph-replayed) and results/hybrid_gpu, and time engine=hybrid's
 # host phases (bench_gpu.py timeline, with a profiler trace in OUT_DIR). Run from the checkout:
@@ -48,6 +48,9 @@ timeout 300 python3 -m powerbench.cli bench-hybrid tracking=disabled task.layers
   task.rounds=7 task.threads=8 "task.gpu_ffn_shares=[0.25,0.5]" task.publish=true rerun=true \
   hydra.run.dir="$OUT_DIR/hybrid"
 stage timeline  # a development aid: engine=hybrid's host time by phase, and a profiler trace
-timeout 150 python3 experiments/bench_gpu.py timeline --share 0.25 --out-dir "$OUT_DIR"
+for part in worker inline; do
+  timeout 120 python3 experiments/bench_gpu.py timeline --share 0.25 --cpu-part $part \
+    --out-dir "$OUT_DIR"
+done
 stage done
 } 2>&1 | tee "$OUT_DIR/log.txt"

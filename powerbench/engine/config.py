@@ -29,6 +29,7 @@ from powerbench.schema_helpers import ConfigRangeError, check_choice, check_rang
 DTYPES = ("fp32", "fp16", "bf16")  # engine.dtype (None: the model's own dtype)
 DENSE_KERNELS = ("auto", "torch", "sparse_cpu")  # engine.dense_kernel (powerbench.engine.linear)
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")  # engine.ffn.active (hybrid)
+CPU_PART_MODES = ("worker", "inline")  # engine.ffn.cpu_part (hybrid; engine.hybrid_cpu)
 # engine.device (None: where the model is): torch's CPU or a CUDA device
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 DEVICES = "cpu, cuda, cuda:<index>"
@@ -97,9 +98,13 @@ class HybridFFNConfig(FFNConfig):
     gpu_backend: str = "sparse_cuda"
     cpu_backend: str = "sparse_cpu"
     cpu_threads: str = "auto"  # the CPU part's threads: auto (measured) or a count
+    # worker: the CPU part on a worker thread, beside the GPU part's launches; inline: on the
+    # decoder's thread once the GPU part is issued (no thread hand-off)
+    cpu_part: str = "worker"
 
     def __post_init__(self) -> None:
         check_choice("engine.ffn.active", self.active, ACTIVE_MODES)
+        check_choice("engine.ffn.cpu_part", self.cpu_part, CPU_PART_MODES)
         check_sparse_backend("engine.ffn.gpu_backend", self.gpu_backend)
         check_sparse_backend("engine.ffn.cpu_backend", self.cpu_backend)
         threads = str(self.cpu_threads)

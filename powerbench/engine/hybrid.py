@@ -14,7 +14,9 @@ Per layer and forward (x on the GPU, attention and KV cache on the GPU):
 
 One host synchronisation per layer (the worker's wait for x); between it and the next
 layer's, the host runs ahead of the GPU. The CPU part's thread count is measured
-(engine.ffn.cpu_threads=auto, see hybrid_cpu) or given.
+(engine.ffn.cpu_threads=auto, see hybrid_cpu) or given. engine.ffn.cpu_part=inline runs
+the CPU part on the main thread instead, in step 4, once the GPU part is issued (no worker
+thread: no hand-off, no GIL shared while both parts run; see hybrid_cpu).
 
 It needs a CUDA device: on a machine without one the engine stops with a clear message
 (the CPU-only engines `dense`, `sparse_torch`, `sparse_cpu` and `simulate` remain).
@@ -30,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from powerbench.engine.config import ACTIVE_MODES, DecoderEngineConfig, HybridEngineConfig
+from powerbench.engine.config import (
+    ACTIVE_MODES,
+    CPU_PART_MODES,
+    DecoderEngineConfig,
+    HybridEngineConfig,
+)
 from powerbench.engine.decoder import Decoder
 from powerbench.engine.decoder_engine import DecoderEngine
 from powerbench.engine.ffn import FFNObserver
@@ -112,18 +119,23 @@ class HybridFFN:
         NOT PowerInfer's cost) | dense (every neuron of each part).
     gpu_backend / cpu_backend: sparse operator backends (the tests use sparse_torch for both
         on the CPU; the engine uses sparse_cuda + sparse_cpu and never falls back).
+    cpu_part: worker (the CPU part on a worker thread) | inline (on the calling thread,
+        after the GPU part is issued).
     """
 
     def __init__(self, weights: DecoderWeights, placement: Any = None,
                  predictors: Any = None, active: str = "auto",
                  gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
                  cpu_dtype: str | None = None, cpu_threads: int | str = "auto",
-                 time_gpu_part: bool = True, check: bool = False) -> None:
+                 time_gpu_part: bool = True, check: bool = False,
+                 cpu_part: str = "worker") -> None:
         if placement is None:
             raise ValueError("engine=hybrid follows a placement: run it with solver=<name> and "
                              "hardware=<name> (the pipeline passes placement=...)")
         if active not in ACTIVE_MODES:
             raise ValueError(f"engine.ffn.active={active!r}; choose from {ACTIVE_MODES}")
+        if cpu_part not in CPU_PART_MODES:
+            raise ValueError(f"engine.ffn.cpu_part={cpu_part!r}; choose from {CPU_PART_MODES}")
         if active == "auto":
             active = "predictor" if predictors is not None else "oracle"
         if active == "predictor" and predictors is None:
@@ -161,8 +173,9 @@ class HybridFFN:
         if active == "predictor" and self.concurrent:
             for module in getattr(predictors, "predictors", []):
                 module.to(self.device)
+        self.cpu_part = cpu_part
         self.cpu_runner = CpuPartRunner(self.cpu_ops, self.device, _threads(cpu_threads),
-                                        check=check)
+                                        check=check, inline=cpu_part == "inline")
         self.calls = 0
         self._gpu_active: Tensor | int = 0  # GPU-only layers' share, counted on the device
         self.reset_timing(time_gpu_part)

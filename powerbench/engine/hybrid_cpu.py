@@ -15,6 +15,15 @@ Per layer call, from the decoder's (main) thread:
 so the host synchronises once per layer (the worker's wait for x) and runs ahead of the GPU
 between that wait and the next layer's.
 
+`inline=True` (engine.ffn.cpu_part=inline) keeps no worker: submit only starts the copies,
+and merge runs the CPU part on the caller's thread (the same steps: the wait for x, the
+ids, the operator, the slot), after the caller has issued the GPU part, which the GPU then
+computes beside it. It spares the two thread hand-offs of every call (~55-67 us on the
+2-vCPU development VM, see `ThreadPoolExecutor` below) and any wait for the GIL, at the
+price of the GPU part's launches running before the CPU part instead of beside it; which
+is faster is measured (`bench-hybrid` times both). The thread count is then set in the
+caller's thread (the decoder's, whose own work runs on the GPU).
+
 Buffer hazards: the pinned x and union buffers are rewritten only by the next call's copy,
 enqueued after this call's merge has waited for the worker. Each output slot (two per
 shape, used in turn) carries an event recorded after its host->device copy; the worker waits
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +51,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from powerbench.threads import doubling_counts
+from powerbench.threads import doubling_counts, torch_threads
 
 PROBE_CALLS = 16  # decode calls per candidate thread count (first one untimed)
 
@@ -84,25 +94,32 @@ class ThreadChoice:
 
 @dataclass
 class CpuJob:
-    """One layer call's CPU part in flight: the worker's future (-> y on the host, or None
-    when no CPU neuron is active) and the output slot's event."""
+    """One layer call's CPU part: the worker's future, or (inline) the call that runs it
+    (either gives y on the host, or None when no CPU neuron is active), and the output
+    slot's event."""
 
-    future: Future
+    future: Future | None
     slot_event: Any = None
+    run: Callable[[], Tensor | None] | None = None
+
+    def result(self) -> Tensor | None:
+        return self.future.result() if self.future is not None else self.run()
 
 
 class CpuPartRunner:
     """Runs CPU parts on one worker thread (see the module docstring)."""
 
     def __init__(self, ops: Any, device: torch.device, threads: int | str = "auto",
-                 check: bool = False) -> None:
+                 check: bool = False, inline: bool = False) -> None:
         self.ops, self.device, self.check = ops, device, check
         self.cuda = device.type == "cuda"
         self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
         ThreadChoice.of(threads, 1)  # a bad setting fails here, not in the first call
         self._threads_setting = threads
         self._threads: ThreadChoice | None = None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-cpu")
+        self.inline = inline
+        self._worker = (None if inline else
+                        ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-cpu"))
         self._worker_threads = 0  # the count last set in the worker thread
         self._pinned: dict[tuple, Tensor] = {}
         self._slots: dict[tuple, list[tuple[Tensor, Any]]] = {}
@@ -121,7 +138,8 @@ class CpuPartRunner:
         return self._threads
 
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
 
     # ---- main thread ------------------------------------------------------------------
     def submit(self, part: Any, x: Tensor, union: Tensor | None, decode: bool) -> CpuJob:
@@ -130,13 +148,15 @@ class CpuPartRunner:
         host_x, host_union, copied = self._to_host(x, union)
         slot = self._slot(x)
         choice = self.threads  # made here, in the caller's thread
-        future = self._worker.submit(self._run, part, host_x, host_union, copied, slot, decode,
-                                     choice)
-        return CpuJob(future, slot[1])
+        args = (part, host_x, host_union, copied, slot, decode, choice)
+        if self._worker is None:
+            return CpuJob(None, slot[1], run=lambda: self._run(*args))
+        return CpuJob(self._worker.submit(self._run, *args), slot[1])
 
     def merge(self, job: CpuJob, y: Tensor | None) -> Tensor | None:
-        """y (the GPU part, or None) plus the CPU part once the worker is done; no GPU sync."""
-        y_cpu = job.future.result()
+        """y (the GPU part, or None) plus the CPU part once the worker is done (inline: once
+        it has run here); no GPU sync."""
+        y_cpu = job.result()
         if y_cpu is None:
             return y
         if self.cuda:
@@ -193,9 +213,18 @@ class CpuPartRunner:
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
              slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice) -> Tensor | None:
         threads = choice.current() if decode else max(choice.candidates)
+        if self._worker is None:  # inline: the caller's count is set back afterwards
+            with torch_threads(threads):
+                return self._compute(part, host_x, host_union, copied, slot, decode, choice,
+                                     threads)
         if threads != self._worker_threads:
             torch.set_num_threads(threads)  # this thread's count (see the module docstring)
             self._worker_threads = threads
+        return self._compute(part, host_x, host_union, copied, slot, decode, choice, threads)
+
+    def _compute(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
+                 slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice,
+                 threads: int) -> Tensor | None:
         if copied is not None:
             copied.synchronize()
         start = time.perf_counter()

@@ -62,11 +62,19 @@ class HybridBenchConfig:
     cpu_threads: int = 8  # torch and sparse_cpu workers for the CPU part
     trace_tokens: int = 256
     seed: int = 0
+    # where the hybrid rows run their CPU part (engine.ffn.cpu_part): each is a row
+    cpu_parts: tuple[str, ...] = ("worker", "inline")
 
     def __post_init__(self) -> None:
+        from powerbench.engine.config import CPU_PART_MODES
+
         bad = [s for s in self.gpu_ffn_shares if not 0.0 < s < 1.0]
         if bad:
             raise ValueError(f"gpu_ffn_shares must lie strictly between 0 and 1, got {bad}")
+        unknown = [m for m in self.cpu_parts if m not in CPU_PART_MODES]
+        if unknown or not self.cpu_parts:
+            raise ValueError(f"cpu_parts {list(self.cpu_parts)}: one or more of "
+                             f"{', '.join(CPU_PART_MODES)}")
         if self.new_tokens < 2 or self.rounds < 1 or self.layers < 1:
             raise ValueError("new_tokens >= 2, rounds >= 1 and layers >= 1 are needed")
 
@@ -150,19 +158,24 @@ class BenchEngine:
 
 def hybrid_decoder(weights: Any, spec: ModelSpec, profile: Any, share: float,
                    masks: ReplayMasks | None = None, gpu_backend: str = "sparse_cuda",
-                   cpu_backend: str = "sparse_cpu") -> Decoder:
+                   cpu_backend: str = "sparse_cpu", cpu_part: str = "worker") -> Decoder:
     """PowerInfer's split of `share` of the FFN neurons (the hottest, `hot_neuron_placement`)
     with the profile's replayed active sets: the benchmark's hybrid row."""
     return Decoder(weights, ffn=HybridFFN(
         weights, hot_neuron_placement(spec, profile, share),
         predictors=masks if masks is not None else ReplayMasks(profile, weights.device),
         active="predictor", gpu_backend=gpu_backend, cpu_backend=cpu_backend,
-        time_gpu_part=False))
+        time_gpu_part=False, cpu_part=cpu_part))
+
+
+def hybrid_name(share: float, cpu_part: str) -> str:
+    """A hybrid row's name: "hybrid 25%" (the worker thread), "hybrid 25% inline"."""
+    return f"hybrid {share:.0%}" + ("" if cpu_part == "worker" else f" {cpu_part}")
 
 
 def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[float, ...],
                   gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
-                  ) -> list[BenchEngine]:
+                  cpu_parts: tuple[str, ...] = ("worker",)) -> list[BenchEngine]:
     """The decoders of the module docstring, sharing `weights` (on the GPU; the tests run
     them on the CPU with sparse_torch standing in for both backends)."""
     from powerbench.engine.sparse import SparseFFN
@@ -174,9 +187,10 @@ def build_engines(weights: Any, spec: ModelSpec, profile: Any, shares: tuple[flo
                                                                   TraceReplay(profile))))]
     for share in shares:
         offload = f"layer offload {share:.0%}"
-        engines.append(BenchEngine(f"hybrid {share:.0%}", hybrid_decoder(
-            weights, spec, profile, share, masks, gpu_backend, cpu_backend), share,
-            peer=offload))
+        for cpu_part in cpu_parts:
+            engines.append(BenchEngine(hybrid_name(share, cpu_part), hybrid_decoder(
+                weights, spec, profile, share, masks, gpu_backend, cpu_backend, cpu_part),
+                share, peer=offload))
         engines.append(BenchEngine(offload, Decoder(weights, ffn=HybridFFN(
             weights, layer_offload_placement(spec, share), active="dense",
             gpu_backend=gpu_backend, cpu_backend=cpu_backend, time_gpu_part=False)), share))
@@ -245,12 +259,14 @@ def simulated(decoder: Decoder, spec: ModelSpec, profile: Any, hardware: Any,
 
 
 def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
-            hardware: Any = None, host: dict[str, float] | None = None,
+            hardware: Any = None, host: dict[str, dict[str, float]] | None = None,
             **backends: str) -> list[dict[str, Any]]:
     """Every engine in interleaved rounds; one row per engine (see the module docstring);
-    with `hardware`, each row's simulated twin beside it (charging `host`, the measured
-    host costs, when given)."""
-    engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares, **backends)
+    with `hardware`, each row's simulated twin beside it (charging `host[cpu_part]`, the
+    host costs measured with the row's CPU-part mode, when given; "worker" for the rows
+    without a hybrid split)."""
+    engines = build_engines(weights, spec, profile, cfg.gpu_ffn_shares,
+                            cpu_parts=cfg.cpu_parts, **backends)
     ids = torch.randint(0, spec.vocab_size, (cfg.batch, cfg.prompt_tokens),
                         generator=torch.Generator().manual_seed(cfg.seed)).to(weights.device)
     decode_rows = run_decode_bench(ids, {e.name: e.decoder for e in engines}, {}, cfg.rounds,
@@ -260,7 +276,9 @@ def measure(weights: Any, spec: ModelSpec, profile: Any, cfg: HybridBenchConfig,
     for engine, row in zip(engines, decode_rows, strict=True):
         split = split_pass(engine.decoder, ids, cfg.new_tokens)
         peer = by_name[engine.peer] if engine.peer else None
-        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids, host)
+        mode = getattr(engine.decoder.ffn, "cpu_part", "worker")
+        sim = (simulated(engine.decoder, spec, profile, hardware, cfg, ids,
+                         host.get(mode) if host else None)
                if hardware is not None else {})
         sim_rate = sim.get("sim_decode_tokens_per_s", float("nan"))
         gpu_ms = split.get("hybrid_gpu_ffn_ms_per_decode_call", float("nan"))
@@ -330,19 +348,27 @@ def hybrid_report(full: ModelSpec, cfg: HybridBenchConfig, hardware: Any = None)
                                         device="cuda")
     from powerbench.measure.hybrid_host import host_costs
 
-    host = host_costs(weights) if hardware is not None else None
+    modes = dict.fromkeys(("worker", *cfg.cpu_parts))  # the rows without a split: worker
+    host = ({mode: host_costs(weights, cpu_part=mode) for mode in modes}
+            if hardware is not None else None)
     op_us = ({k: v * 1e6 for k, v in cuda_host_op_costs(spec.d_model, spec.n_heads).items()}
              if hardware is not None else None)
     rows = measure(weights, spec, profile, cfg, hardware=hardware, host=host)
     notes = list(NOTES) if hardware is not None else NOTES[:2]
     if host is not None:
+        worker = host["worker"]
         notes.append(
             f"Host costs measured here before the rows (twin inputs): the hybrid layer's "
-            f"round trip {host['hybrid_roundtrip_us']:.1f} us (x and mask to the host, "
+            f"round trip {worker['hybrid_roundtrip_us']:.1f} us (x and mask to the host, "
             f"the worker thread, its y back and added; one active neuron), "
-            f"{host['hybrid_host_us']:.1f} us of it on the decoder's thread, one sparse_cuda "
-            f"FFN call {host['gpu_sparse_call_host_us']:.1f} us of host time "
+            f"{worker['hybrid_host_us']:.1f} us of it on the decoder's thread, one sparse_cuda "
+            f"FFN call {worker['gpu_sparse_call_host_us']:.1f} us of host time "
             f"(launch {hardware.launch_s * 1e6:.1f} us).")
+        if "inline" in host:
+            notes.append(
+                f"Rows marked inline run the CPU part on the decoder's thread once the GPU "
+                f"part is issued (engine.ffn.cpu_part=inline): its round trip "
+                f"{host['inline']['hybrid_roundtrip_us']:.1f} us, all on that thread.")
     if op_us is not None:
         notes.append("Host time to issue one call, GPU idle (measured here; not yet charged "
                      "by class in the twin): " + ", ".join(f"{k} {v:.1f} us"

@@ -31,7 +31,7 @@ def _wall(fn: Any) -> Any:
 
 
 def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str = "sparse_cpu",
-               repeats: int = 200) -> dict[str, float]:
+               repeats: int = 200, cpu_part: str = "worker") -> dict[str, float]:
     """The hybrid layer's fixed host costs, measured here (GPU idle before each call), for
     the twin (simulator config fields of the same names):
 
@@ -45,6 +45,9 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
       them: the twin's FFN operator count holds them too, and they are charged here);
     - gpu_sparse_call_host_us: the host time of one sparse_cuda FFN call (a device-side
       Threshold, one active neuron, 4096 of layer 0's neurons), launches included.
+
+    `cpu_part`: the engine's CPU-part mode (engine.ffn.cpu_part). Inline, the whole round
+    trip runs on the decoder's thread, so hybrid_host_us is the round trip.
     """
     from powerbench.engine.hybrid import gather_part
     from powerbench.engine.hybrid_cpu import CpuPartRunner
@@ -58,7 +61,8 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
     ids = torch.arange(n)
     cpu_part = gather_part(f, ids, torch.device("cpu"), weights.dtype, with_bias=False)
     gpu_part = gather_part(f, ids, device, weights.dtype, with_bias=False)
-    runner = CpuPartRunner(get_backend(cpu_backend, fallback=False), device, threads=1)
+    runner = CpuPartRunner(get_backend(cpu_backend, fallback=False), device, threads=1,
+                           inline=cpu_part == "inline")
     gpu_ops = get_backend(gpu_backend, fallback=False)
     x = torch.randn(1, weights.d_model, device=device, dtype=weights.dtype)
     union = torch.zeros(d_ffn, dtype=torch.bool, device=device)
@@ -80,7 +84,7 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
                 runner.merge(job, y)
                 return submitted - start + time.perf_counter() - merging
 
-            own = _host_us(serial, repeats)
+            own = trip if runner.inline else _host_us(serial, repeats)
             counter = OpCounter()
             counter.region = "ffn"
             with counter:  # the decoder thread's operators (the mode is per thread)

@@ -34,7 +34,7 @@ def bench_hybrid(task: BenchHybridTask, cfg: PowerbenchConfig, out_dir: Path) ->
     bench = HybridBenchConfig(layers=task.layers, gpu_ffn_shares=tuple(task.gpu_ffn_shares),
                               batch=task.batch, prompt_tokens=task.prompt_tokens,
                               new_tokens=task.new_tokens, rounds=task.rounds,
-                              cpu_threads=task.threads)
+                              cpu_threads=task.threads, cpu_parts=tuple(task.cpu_parts))
     full = synthetic_spec(task.synthetic_model)  # composed by Hydra (conf/task/bench_hybrid.yaml)
 
     def measure() -> Report:

@@ -203,8 +203,16 @@ class BenchHybridTask:
     new_tokens: int = 32
     batch: int = 1
     threads: int = 8  # CPU workers of the CPU part
+    # the hybrid rows' CPU-part modes (engine.ffn.cpu_part), each its own row: worker | inline
+    cpu_parts: list[str] = field(default_factory=lambda: ["worker", "inline"])
     simulate: bool = True  # measure the local profile (GPU included) and add the twin
     publish: bool = False  # also write the report into results/hybrid_gpu/
+
+    def __post_init__(self) -> None:
+        from powerbench.engine.config import CPU_PART_MODES
+
+        for mode in self.cpu_parts:
+            check_choice("task.cpu_parts", mode, CPU_PART_MODES)
 
 
 @dataclass

@@ -45,6 +45,8 @@ CASES = [
     (["engine=hybrid", "engine.ffn.active=nope"],
      r"engine\.ffn\.active='nope' is not an option; valid: auto, predictor, oracle, dense"),
     (["engine=hybrid", "engine.ffn.cpu_backend=cpu"], r"engine\.ffn\.cpu_backend='cpu'"),
+    (["engine=hybrid", "engine.ffn.cpu_part=thread"],
+     r"engine\.ffn\.cpu_part='thread' is not an option; valid: worker, inline"),
     (["engine=hybrid", "engine.ffn.cpu_threads=0"],
      r"engine\.ffn\.cpu_threads='0': valid: auto \(measured\) or a thread count >= 1"),
     # contradictory engine settings: named with what to use instead, before any stage runs

@@ -93,4 +93,4 @@ print("twins", [r["sim_decode_tokens_per_s"] > 0 for r in rows])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, cwd=repo_root())
     assert done.returncode == 0, done.stderr
-    assert "twins [True, True, True, True]" in done.stdout
+    assert "twins [True, True, True, True, True]" in done.stdout  # inline row too

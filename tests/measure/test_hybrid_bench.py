@@ -16,6 +16,7 @@ from powerbench.measure.hybrid_bench import (
     HybridBenchConfig,
     ReplayMasks,
     hot_neuron_placement,
+    hybrid_name,
     layer_offload_placement,
     measure,
 )
@@ -78,8 +79,12 @@ def test_measure_gives_one_row_per_engine(profile):
     rows = measure(weights, SPEC, profile, cfg, gpu_backend="sparse_torch",
                    cpu_backend="sparse_torch")
     by = {r["system"]: r for r in rows}
-    assert set(by) == {DENSE, "sparse_cuda (all on GPU)", "hybrid 50%", "layer offload 50%"}
+    assert set(by) == {DENSE, "sparse_cuda (all on GPU)", "hybrid 50%", "hybrid 50% inline",
+                       "layer offload 50%"}
     assert 0.5 < by["hybrid 50%"]["gpu_neuron_load_share"] < 1.0  # hot neurons on the GPU
+    # the same split and active sets, the CPU part on the decoder's thread
+    assert (by["hybrid 50% inline"]["gpu_neuron_load_share"]
+            == by["hybrid 50%"]["gpu_neuron_load_share"])
     assert by["layer offload 50%"]["gpu_neuron_load_share"] == pytest.approx(0.5)
     assert all(r["decode_tokens_per_s"] > 0 for r in rows)
     assert by["hybrid 50%"]["speedup_vs_layer_offload"] > 0
@@ -100,22 +105,33 @@ def test_every_row_gets_its_simulated_twin(profile):
             > by["layer offload 50%"]["sim_decode_tokens_per_s"])
 
 
-def test_shares_outside_zero_one_are_refused():
+def test_shares_outside_zero_one_and_unknown_cpu_parts_are_refused():
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         HybridBenchConfig(gpu_ffn_shares=(1.0,))
+    with pytest.raises(ValueError, match="one or more of worker, inline"):
+        HybridBenchConfig(cpu_parts=("thread",))
+
+
+def test_hybrid_rows_are_named_by_their_cpu_part():
+    assert hybrid_name(0.25, "worker") == "hybrid 25%"
+    assert hybrid_name(0.5, "inline") == "hybrid 50% inline"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_host_costs_are_measured_on_the_gpu():
+@pytest.mark.parametrize("cpu_part", ["worker", "inline"])
+def test_host_costs_are_measured_on_the_gpu(cpu_part):
     from powerbench.measure.hybrid_host import host_costs
 
     weights = synthetic_decoder_weights(SPEC, torch.float16, device="cuda")
-    costs = host_costs(weights, repeats=20)
+    costs = host_costs(weights, repeats=20, cpu_part=cpu_part)
     assert set(costs) == {"hybrid_roundtrip_us", "hybrid_host_us", "hybrid_host_ops",
                           "gpu_sparse_call_host_us"}
     assert all(0.0 < v < 1e5 for v in costs.values())
-    assert costs["hybrid_host_us"] < costs["hybrid_roundtrip_us"]
+    if cpu_part == "worker":  # inline, the whole trip is the decoder thread's
+        assert costs["hybrid_host_us"] < costs["hybrid_roundtrip_us"]
+    else:
+        assert costs["hybrid_host_us"] == costs["hybrid_roundtrip_us"]
 
 
 @pytest.mark.gpu

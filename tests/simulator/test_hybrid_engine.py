@@ -26,13 +26,16 @@ def _placement(weights, share=0.4, seed=0):
     return make_placement(spec, ids)
 
 
+@pytest.mark.parametrize("cpu_part", ["worker", "inline"])
 @pytest.mark.parametrize("make", [_opt, _llama], ids=["opt_relu", "llama_reglu"])
 @pytest.mark.parametrize("active", ["oracle", "dense"])
-def test_split_and_merge_equal_the_dense_ffn(make, active):
+def test_split_and_merge_equal_the_dense_ffn(make, active, cpu_part):
     weights = extract_weights(make())
     placement = _placement(weights)
     hybrid = HybridFFN(weights, placement=placement, active=active,
-                       gpu_backend="sparse_torch", cpu_backend="sparse_torch")
+                       gpu_backend="sparse_torch", cpu_backend="sparse_torch",
+                       cpu_part=cpu_part)
+    assert (hybrid.cpu_runner._worker is None) == (cpu_part == "inline")
     dense = DenseFFN(weights)
     x = torch.randn(3, weights.d_model)
     for layer in range(weights.n_layers):
@@ -72,6 +75,9 @@ def test_all_neurons_on_one_side_keeps_the_output_bias():
 
 def test_needs_a_placement_and_a_predictor_when_asked():
     weights = extract_weights(_opt())
+    with pytest.raises(ValueError, match="cpu_part='thread'"):
+        HybridFFN(weights, placement=_placement(weights), active="oracle", cpu_part="thread",
+                  gpu_backend="sparse_torch", cpu_backend="sparse_torch")
     with pytest.raises(ValueError, match="solver=<name>"):
         HybridFFN(weights, gpu_backend="sparse_torch", cpu_backend="sparse_torch")
     with pytest.raises(ValueError, match="needs predictors"):
@@ -95,7 +101,8 @@ def test_thread_choice_keeps_the_fastest_median_and_skips_each_blocks_first_call
         ThreadChoice.of(0, 8)
 
 
-def test_measured_thread_count_keeps_results_and_the_callers_threads():
+@pytest.mark.parametrize("cpu_part", ["worker", "inline"])
+def test_measured_thread_count_keeps_results_and_the_callers_threads(cpu_part):
     weights = extract_weights(_opt())
     spec = make_spec(n_layers=weights.n_layers, d_model=weights.d_model,
                      d_ffn=weights.layers[0].ffn.d_ffn)
@@ -103,7 +110,7 @@ def test_measured_thread_count_keeps_results_and_the_callers_threads():
     ids = [np.arange(0), np.arange(0, spec.d_ffn, 3)]
     hybrid = HybridFFN(weights, placement=make_placement(spec, ids), active="oracle",
                        gpu_backend="sparse_torch", cpu_backend="sparse_torch",
-                       cpu_threads="auto")
+                       cpu_threads="auto", cpu_part=cpu_part)
     dense = DenseFFN(weights)
     before = torch.get_num_threads()
     choice = hybrid.cpu_runner.threads
@@ -130,10 +137,12 @@ def test_engine_stops_clearly_without_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_hybrid_on_gpu_matches_dense():
+@pytest.mark.parametrize("cpu_part", ["worker", "inline"])
+def test_hybrid_on_gpu_matches_dense(cpu_part):
     model = _opt(d_model=64, d_ffn=256)
     weights = extract_weights(model, dtype=torch.float16, device="cuda")
-    hybrid = HybridFFN(weights, placement=_placement(weights), active="oracle")
+    hybrid = HybridFFN(weights, placement=_placement(weights), active="oracle",
+                       cpu_part=cpu_part)
     dense = DenseFFN(weights)
     x = torch.randn(2, 64, device="cuda", dtype=torch.float16)
     for layer in range(weights.n_layers):
@@ -142,7 +151,8 @@ def test_hybrid_on_gpu_matches_dense():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_hybrid_on_gpu_reuses_its_buffers_safely_over_many_calls():
+@pytest.mark.parametrize("cpu_part", ["worker", "inline"])
+def test_hybrid_on_gpu_reuses_its_buffers_safely_over_many_calls(cpu_part):
     """Decode-shaped calls in inference mode (the bench's), every layer each step: the
     pinned output slots and x buffers are reused while copies are in flight; layer 0 lies
     wholly on the CPU (no GPU part: the CPU part's y, or its output bias, alone)."""
@@ -152,7 +162,7 @@ def test_hybrid_on_gpu_reuses_its_buffers_safely_over_many_calls():
     weights = synthetic_decoder_weights(spec, torch.float16, device="cuda")
     ids = [np.arange(0)] + [np.arange(0, 256, 2)] * (weights.n_layers - 1)
     hybrid = HybridFFN(weights, placement=make_placement(spec, ids), active="oracle",
-                       cpu_threads="auto")
+                       cpu_threads="auto", cpu_part=cpu_part)
     dense = DenseFFN(weights)
     with torch.inference_mode():
         for _ in range(3 * hybrid.cpu_runner.threads.probe_calls):
