@@ -191,8 +191,8 @@ def timeline(args: argparse.Namespace) -> int:
     print(phase_table(result))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"timeline_{full.name}_{round(100 * args.share)}_{args.cpu_part}"
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    print("trace:", chrome_trace(decoder, ids, 6, args.out_dir / f"{stem}.json.gz"))
+    (args.out_dir / f"{stem}_phases.json").write_text(json.dumps(result, indent=1))
+    print("trace:", chrome_trace(decoder, ids, 6, args.out_dir / f"{stem}_trace.json.gz"))
     decoder.ffn.cpu_runner.close()
     return 0
 
@@ -243,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--batch", type=int, default=1)
     h.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
     h.add_argument("--cpu-parts", nargs="+", default=["worker", "inline"],
+                   choices=("worker", "inline"),
                    help="the hybrid rows' CPU-part modes (engine.ffn.cpu_part), a row each")
     h.add_argument("--no-simulate", action="store_true",
                    help="skip the simulated twin (it first measures this machine's local "

@@ -100,10 +100,16 @@ class CpuJob:
 
     future: Future | None
     slot_event: Any = None
-    run: Callable[[], Tensor | None] | None = None
+    run: Callable[[], Tensor | None] | None = None  # inline: runs the CPU part, once
+    _done: tuple[Tensor | None] | None = None
 
     def result(self) -> Tensor | None:
-        return self.future.result() if self.future is not None else self.run()
+        if self.future is not None:
+            return self.future.result()
+        if self._done is None:
+            assert self.run is not None
+            self._done = (self.run(),)
+        return self._done[0]
 
 
 class CpuPartRunner:
@@ -213,7 +219,10 @@ class CpuPartRunner:
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
              slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice) -> Tensor | None:
         threads = choice.current() if decode else max(choice.candidates)
-        if self._worker is None:  # inline: the caller's count is set back afterwards
+        if self._worker is None:  # inline: the caller's count, set back afterwards
+            if threads == torch.get_num_threads():
+                return self._compute(part, host_x, host_union, copied, slot, decode, choice,
+                                     threads)
             with torch_threads(threads):
                 return self._compute(part, host_x, host_union, copied, slot, decode, choice,
                                      threads)

@@ -59,7 +59,7 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
     d_ffn, device = f.d_ffn, weights.device
     n = min(4096, d_ffn)
     ids = torch.arange(n)
-    cpu_part = gather_part(f, ids, torch.device("cpu"), weights.dtype, with_bias=False)
+    host_part = gather_part(f, ids, torch.device("cpu"), weights.dtype, with_bias=False)
     gpu_part = gather_part(f, ids, device, weights.dtype, with_bias=False)
     runner = CpuPartRunner(get_backend(cpu_backend, fallback=False), device, threads=1,
                            inline=cpu_part == "inline")
@@ -72,14 +72,14 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
     y = torch.zeros_like(x)
     try:
         with torch.inference_mode():
-            trip = _host_us(_wall(lambda: runner.merge(runner.submit(cpu_part, x, union, False),
+            trip = _host_us(_wall(lambda: runner.merge(runner.submit(host_part, x, union, False),
                                                        y)), repeats)
 
             def serial() -> float:
                 start = time.perf_counter()
-                job = runner.submit(cpu_part, x, union, False)
+                job = runner.submit(host_part, x, union, False)
                 submitted = time.perf_counter()
-                job.future.result()  # the worker's share: not the decoder thread's
+                job.result()  # the worker's share: not the decoder thread's
                 merging = time.perf_counter()
                 runner.merge(job, y)
                 return submitted - start + time.perf_counter() - merging
@@ -88,7 +88,7 @@ def host_costs(weights: Any, gpu_backend: str = "sparse_cuda", cpu_backend: str 
             counter = OpCounter()
             counter.region = "ffn"
             with counter:  # the decoder thread's operators (the mode is per thread)
-                runner.merge(runner.submit(cpu_part, x, union, False), y)
+                runner.merge(runner.submit(host_part, x, union, False), y)
             call = _host_us(_wall(lambda: gpu_ops.ffn(x, gpu_part.weights,
                                                       Threshold(scores, 0.5), check=False)),
                             repeats)

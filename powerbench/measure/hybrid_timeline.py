@@ -11,8 +11,9 @@ aid for the GPU machine (`experiments/bench_gpu.py timeline`), not a benchmark p
     merge      the decoder thread waiting for the worker, then the CPU part's y added
     cpu_part   the worker's whole run: the wait for x, the active ids, the operator, the slot
 
-The phases of the decoder thread add up to ffn_call; cpu_part runs beside submit's end,
-gpu_part and merge. `cpu_part` against `gpu_part` + `merge` shows whether the two parts
+The phases of the decoder thread add up to ffn_call (to_host is part of submit); with the
+worker (engine.ffn.cpu_part=worker) cpu_part runs beside submit's end, gpu_part and merge,
+inline it runs inside merge. `cpu_part` against `gpu_part` + `merge` shows whether the two parts
 overlap: a gpu_part that lasts as long as cpu_part waited for the worker (for the GIL, say)
 rather than ran beside it. The wrapped methods are restored afterwards.
 
@@ -109,7 +110,7 @@ def chrome_trace(decoder: Any, ids: torch.Tensor, new_tokens: int, path: Path) -
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     path = Path(path)
-    raw = path.with_suffix("")  # trace.json.gz -> trace.json
+    raw = path.with_name(path.name + ".raw")  # the profiler's plain JSON, gzipped below
     with torch.inference_mode(), profile(activities=activities) as prof:
         generate_timed(decoder, ids, new_tokens)
     prof.export_chrome_trace(str(raw))

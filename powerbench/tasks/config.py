@@ -213,6 +213,8 @@ class BenchHybridTask:
 
         for mode in self.cpu_parts:
             check_choice("task.cpu_parts", mode, CPU_PART_MODES)
+        if len(set(self.cpu_parts)) < len(self.cpu_parts):
+            raise ValueError(f"task.cpu_parts={list(self.cpu_parts)}: each mode once")
 
 
 @dataclass

@@ -110,6 +110,8 @@ def test_shares_outside_zero_one_and_unknown_cpu_parts_are_refused():
         HybridBenchConfig(gpu_ffn_shares=(1.0,))
     with pytest.raises(ValueError, match="one or more of worker, inline"):
         HybridBenchConfig(cpu_parts=("thread",))
+    with pytest.raises(ValueError, match="each once"):
+        HybridBenchConfig(cpu_parts=("worker", "worker"))
 
 
 def test_hybrid_rows_are_named_by_their_cpu_part():

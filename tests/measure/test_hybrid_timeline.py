@@ -47,8 +47,11 @@ def test_every_phase_is_timed_once_per_call_and_the_methods_come_back():
 def test_the_trace_is_a_gzipped_chrome_trace(tmp_path):
     decoder = _decoder()
     ids = torch.randint(0, SPEC.vocab_size, (1, 4), generator=torch.Generator().manual_seed(2))
+    beside = tmp_path / "trace.json"  # a file of the plain name (the phases, say) is kept
+    beside.write_text("{}")
     path = chrome_trace(decoder, ids, 2, tmp_path / "trace.json.gz")
     events = json.loads(gzip.open(path).read())["traceEvents"]
     assert any(e.get("name", "").startswith("aten::") for e in events)
-    assert not (tmp_path / "trace.json").exists()
+    assert beside.read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json", "trace.json.gz"]
     decoder.ffn.cpu_runner.close()

@@ -73,6 +73,15 @@ def test_all_neurons_on_one_side_keeps_the_output_bias():
         torch.testing.assert_close(hybrid(1, x), dense(1, x), rtol=1e-5, atol=1e-5)
 
 
+def test_an_inline_job_runs_its_cpu_part_once():
+    from powerbench.engine.hybrid_cpu import CpuJob
+
+    runs = []
+    job = CpuJob(None, run=lambda: runs.append(1) or torch.ones(1))
+    assert job.result() is job.result() and runs == [1]
+    assert CpuJob(None, run=lambda: runs.append(2)).result() is None and runs == [1, 2]
+
+
 def test_needs_a_placement_and_a_predictor_when_asked():
     weights = extract_weights(_opt())
     with pytest.raises(ValueError, match="cpu_part='thread'"):
