@@ -12,7 +12,8 @@
 # checkout; logs, run directories and the timeline files to OUT_DIR (default
 # /tmp/gpu_checks). The benchmarks run through the CLI with tracking=disabled, which needs
 # Hydra but not MLflow or cvxpy: a machine without Hydra gets it from wheels in .whl/
-# (hydra-core, omegaconf, antlr4-python3-runtime; pure Python), installed into /tmp/site.
+# (hydra-core, omegaconf, antlr4-python3-runtime; pure Python; experiments/gpu_wheels.sh
+# puts them there), installed into /tmp/site.
 # Each stage has its own time limit, so a slow one does not starve the rest; the stage
 # limits add up to more than a 10-minute call: split the stages over calls where needed.
 # The exit status is non-zero when a stage failed; the log says which.
