@@ -198,6 +198,7 @@ def timeline(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from powerbench.engine.config import CPU_PART_MODES
     from powerbench.ops.bench import DTYPES, OPS
 
     p = argparse.ArgumentParser(prog="bench_gpu", description=__doc__.split("\n\n")[0])
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--new-tokens", type=int, default=32)
     t.add_argument("--prompt-tokens", type=int, default=16)
     t.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
-    t.add_argument("--cpu-part", default="worker", choices=("worker", "inline"))
+    t.add_argument("--cpu-part", default="worker", choices=CPU_PART_MODES)
     t.add_argument("--out-dir", type=Path, default=Path("."))
     t.set_defaults(run=timeline)
     h = sub.add_parser("hybrid", help="engine=hybrid vs layer offload (+ simulated twin)")
@@ -243,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--batch", type=int, default=1)
     h.add_argument("--threads", type=int, default=8, help="CPU workers of the CPU part")
     h.add_argument("--cpu-parts", nargs="+", default=["worker", "inline"],
-                   choices=("worker", "inline"),
+                   choices=CPU_PART_MODES,
                    help="the hybrid rows' CPU-part modes (engine.ffn.cpu_part), a row each")
     h.add_argument("--no-simulate", action="store_true",
                    help="skip the simulated twin (it first measures this machine's local "

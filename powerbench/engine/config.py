@@ -21,6 +21,7 @@ start, on the machine that runs it) a CUDA device that this machine does not hav
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -30,6 +31,14 @@ DTYPES = ("fp32", "fp16", "bf16")  # engine.dtype (None: the model's own dtype)
 DENSE_KERNELS = ("auto", "torch", "sparse_cpu")  # engine.dense_kernel (powerbench.engine.linear)
 ACTIVE_MODES = ("auto", "predictor", "oracle", "dense")  # engine.ffn.active (hybrid)
 CPU_PART_MODES = ("worker", "inline")  # engine.ffn.cpu_part (hybrid; engine.hybrid_cpu)
+
+
+def check_cpu_parts(setting: str, parts: Sequence[str]) -> None:
+    """A benchmark's list of CPU-part modes (a row each): known ones, each once."""
+    if (not parts or len(set(parts)) < len(parts)
+            or any(mode not in CPU_PART_MODES for mode in parts)):
+        raise ConfigRangeError(f"{setting}={list(parts)}: one or more of "
+                               f"{', '.join(CPU_PART_MODES)}, each once")
 # engine.device (None: where the model is): torch's CPU or a CUDA device
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 DEVICES = "cpu, cuda, cuda:<index>"

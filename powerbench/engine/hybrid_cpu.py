@@ -41,6 +41,7 @@ is untouched).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -123,7 +124,6 @@ class CpuPartRunner:
         ThreadChoice.of(threads, 1)  # a bad setting fails here, not in the first call
         self._threads_setting = threads
         self._threads: ThreadChoice | None = None
-        self.inline = inline
         self._worker = (None if inline else
                         ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-cpu"))
         self._worker_threads = 0  # the count last set in the worker thread
@@ -143,6 +143,11 @@ class CpuPartRunner:
             self._threads = ThreadChoice.of(self._threads_setting, torch.get_num_threads())
         return self._threads
 
+    @property
+    def inline(self) -> bool:
+        """The CPU part runs on the caller's thread (no worker)."""
+        return self._worker is None
+
     def close(self) -> None:
         if self._worker is not None:
             self._worker.shutdown(wait=True)
@@ -155,7 +160,7 @@ class CpuPartRunner:
         slot = self._slot(x)
         choice = self.threads  # made here, in the caller's thread
         args = (part, host_x, host_union, copied, slot, decode, choice)
-        if self._worker is None:
+        if self.inline:
             return CpuJob(None, slot[1], run=lambda: self._run(*args))
         return CpuJob(self._worker.submit(self._run, *args), slot[1])
 
@@ -219,11 +224,9 @@ class CpuPartRunner:
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
              slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice) -> Tensor | None:
         threads = choice.current() if decode else max(choice.candidates)
-        if self._worker is None:  # inline: the caller's count, set back afterwards
-            if threads == torch.get_num_threads():
-                return self._compute(part, host_x, host_union, copied, slot, decode, choice,
-                                     threads)
-            with torch_threads(threads):
+        if self.inline:  # the caller's count, set back afterwards (unless it is already so)
+            with (contextlib.nullcontext() if threads == torch.get_num_threads()
+                  else torch_threads(threads)):
                 return self._compute(part, host_x, host_union, copied, slot, decode, choice,
                                      threads)
         if threads != self._worker_threads:

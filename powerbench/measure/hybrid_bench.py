@@ -66,15 +66,12 @@ class HybridBenchConfig:
     cpu_parts: tuple[str, ...] = ("worker", "inline")
 
     def __post_init__(self) -> None:
-        from powerbench.engine.config import CPU_PART_MODES
+        from powerbench.engine.config import check_cpu_parts
 
         bad = [s for s in self.gpu_ffn_shares if not 0.0 < s < 1.0]
         if bad:
             raise ValueError(f"gpu_ffn_shares must lie strictly between 0 and 1, got {bad}")
-        unknown = [m for m in self.cpu_parts if m not in CPU_PART_MODES]
-        if unknown or not self.cpu_parts or len(set(self.cpu_parts)) < len(self.cpu_parts):
-            raise ValueError(f"cpu_parts {list(self.cpu_parts)}: one or more of "
-                             f"{', '.join(CPU_PART_MODES)}, each once")
+        check_cpu_parts("cpu_parts", self.cpu_parts)
         if self.new_tokens < 2 or self.rounds < 1 or self.layers < 1:
             raise ValueError("new_tokens >= 2, rounds >= 1 and layers >= 1 are needed")
 

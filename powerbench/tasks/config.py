@@ -209,12 +209,9 @@ class BenchHybridTask:
     publish: bool = False  # also write the report into results/hybrid_gpu/
 
     def __post_init__(self) -> None:
-        from powerbench.engine.config import CPU_PART_MODES
+        from powerbench.engine.config import check_cpu_parts
 
-        for mode in self.cpu_parts:
-            check_choice("task.cpu_parts", mode, CPU_PART_MODES)
-        if len(set(self.cpu_parts)) < len(self.cpu_parts):
-            raise ValueError(f"task.cpu_parts={list(self.cpu_parts)}: each mode once")
+        check_cpu_parts("task.cpu_parts", self.cpu_parts)
 
 
 @dataclass
