@@ -12,7 +12,9 @@ inward: the partial huge pages at either end stay on small pages) and reports, i
 ``AnonHugePages`` of /proc/self/smaps over that range), or why it did nothing: not Linux,
 THP ``never``, not on the CPU, smaller than one huge page. A 2 MiB block that a mapping
 boundary crosses (a heap allocation can straddle two mappings) stays on small pages though
-both advices succeed: the count shows it, the reason says how much. The count is of its
+both advices succeed: the count shows it, the reason says how much. Memory mapped from a
+file (a checkpoint that transformers loads with mmap, e.g. safetensors) is refused (EINVAL):
+the reason names the file, and a copy of the tensor is anonymous memory. The count is of its
 moment: Linux >= 6.12 may later split a huge page whose 4 KiB pages are all zero when
 memory runs short (the underused-THP shrinker); weights are not zero, an all-zeros tensor
 can be.
@@ -33,6 +35,7 @@ MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 SMAPS = Path("/proc/self/smaps")
+MAPS = Path("/proc/self/maps")
 TOO_SMALL = "smaller than one 2 MiB-aligned huge page"
 
 
@@ -87,6 +90,22 @@ def huge_bytes_in(start: int, end: int, smaps: Path = SMAPS) -> int:
     return total
 
 
+def mapped_file(address: int, maps: Path = MAPS) -> str:
+    """The file that the mapping holding `address` maps ("" for anonymous memory, or when
+    /proc/self/maps cannot be read)."""
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        lo, hi = (int(v, 16) for v in fields[0].split("-"))
+        if lo <= address < hi:
+            path = fields[5] if len(fields) > 5 else ""
+            return path if path.startswith("/") else ""  # not [heap], [stack], ...
+    return ""
+
+
 def _madvise(start: int, length: int, advice: int) -> int:
     """madvise(2): 0, or the errno."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -120,6 +139,10 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
     huge = huge_bytes_in(start, end)
     if huge >= end - start:  # all of it on huge pages: a refused advice cost nothing
         return HugePages(nbytes, huge)
+    source = mapped_file(start) if reasons else ""
+    if source:  # a file's pages: Linux puts only anonymous memory on huge pages here
+        reasons = [f"memory-mapped from {Path(source).name} ({'; '.join(reasons)}): only "
+                   "anonymous memory goes onto huge pages; a copy of the tensor would"]
     if not reasons:
         reasons.append(f"{(end - start - huge) >> 10} KiB of the aligned range's "
                        f"{(end - start) >> 10} KiB not on huge pages")

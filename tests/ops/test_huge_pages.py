@@ -75,6 +75,33 @@ def test_collapse_keeps_contents_and_addresses():
     assert hp.use_huge_pages(t) == done  # idempotent
 
 
+def test_mapped_file_names_a_file_mapping_only(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "00200000-00600000 rw-p 00000000 00:00 0 \n"
+        "00600000-00a00000 rw-p 00000000 00:00 0                          [heap]\n"
+        "7f0000000000-7f0000400000 rw-p 00000000 fe:00 42   /data/model one.safetensors\n")
+    assert hp.mapped_file(0x300000, maps) == ""
+    assert hp.mapped_file(0x700000, maps) == ""
+    assert hp.mapped_file(0x7F0000000010, maps) == "/data/model one.safetensors"
+    assert hp.mapped_file(0x7F0000400000, maps) == ""  # past the end
+    assert hp.mapped_file(0, tmp_path / "missing") == ""
+
+
+@pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
+def test_a_memory_mapped_checkpoint_is_named_in_the_reason(tmp_path):
+    # as transformers loads safetensors: a private, writable mapping of the file
+    np = pytest.importorskip("numpy")
+    path = tmp_path / "weights.bin"
+    np.full(3 * MiB, 1.5, dtype=np.float32).tofile(path)  # 12 MiB: whole huge pages inside
+    t = torch.from_numpy(np.memmap(path, dtype=np.float32, mode="c"))
+    assert hp.mapped_file(t.data_ptr()) == str(path)
+    done = hp.use_huge_pages(t)
+    if done.huge_bytes < done.nbytes - 4 * MiB:  # refused (kernels without file THP here)
+        assert "memory-mapped from weights.bin" in done.reason, done.reason
+    assert float(t[123]) == 1.5
+
+
 @pytest.mark.skipif(not THP_USABLE, reason="needs Linux with transparent huge pages")
 def test_views_of_one_storage_count_once():
     base = torch.ones(BIG)  # OWN_MAPPING
