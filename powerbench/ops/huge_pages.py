@@ -141,8 +141,8 @@ def use_huge_pages(t: torch.Tensor, advise: bool = True) -> HugePages:
         return HugePages(nbytes, huge)
     source = mapped_file(start) if reasons else ""
     if source:  # a file's pages: Linux puts only anonymous memory on huge pages here
-        reasons = [f"memory-mapped from {Path(source).name} ({'; '.join(reasons)}): only "
-                   "anonymous memory goes onto huge pages; a copy of the tensor would"]
+        reasons = [f"memory-mapped from {Path(source).name} ({'; '.join(reasons)}): Linux "
+                   "puts only anonymous memory on huge pages here (a copy of the tensor is)"]
     if not reasons:
         reasons.append(f"{(end - start - huge) >> 10} KiB of the aligned range's "
                        f"{(end - start) >> 10} KiB not on huge pages")
