@@ -38,9 +38,12 @@ test: $(STAMP)
 
 # A shared MLflow server on PostgreSQL (Debian's postgresql, installed when missing), on
 # loopback port 5000 with PostgreSQL on 5433; data in .cache/mlflow-server. Ctrl-C stops it.
+# PostgreSQL comes from Debian's packages when missing (through sudo unless run as root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 mlflow-server: $(STAMP)
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
+		($(SUDO) apt-get update -q && \
+		 $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql)
 	$(VENV)/bin/powerbench mlflow-server $(ARGS)
 
 # Optional llama.cpp peer for bench-threshold and bench-flash (compiles llama.cpp: minutes).

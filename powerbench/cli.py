@@ -4,11 +4,13 @@
     powerbench tour [overrides...]              the whole idea in one table (make run)
     powerbench validate [overrides...]          measured vs simulated on hardware=local
     powerbench bench-decode [overrides...]      decode tokens/s, dense vs sparse, side by side
-    powerbench bench-operators [overrides...]   sparse operators vs torch dense
+    powerbench bench-operators [overrides...]   sparse operators vs the best dense kernel
+    powerbench bench-powerinfer-ops [...]       PowerInfer's own CPU operators (its ggml) here
     powerbench bench-solver [overrides...]      placement solvers at paper scale
     powerbench bench-threshold [overrides...]   CATS threshold sparsity on SmolLM2 vs llama.cpp
     powerbench bench-flash [overrides...]       flash-offloaded FFN vs in DRAM (PowerInfer-2)
     powerbench hybrid-local [overrides...]      engine=hybrid measured on a GPU + its twin
+    powerbench bench-hybrid [overrides...]      engine=hybrid vs layer offload on a GPU + twin
     powerbench figure [NAME...] [overrides...]  figures redrawn from MLflow runs
     powerbench reproduce NAME...|all [--quick]  paper figures: sweep, figure, the report
     powerbench reproduce --list                 the reproduction targets
@@ -57,7 +59,7 @@ TASKS = {
     "tour": "the whole idea in one table (make run)",
     "validate": "measured vs simulated on hardware=local",
     "bench-decode": "decode tokens/s, dense vs sparse, side by side",
-    "bench-operators": "sparse operators vs torch dense",
+    "bench-operators": "sparse operators vs the best dense kernel (ours or torch)",
     "bench-powerinfer-ops": "PowerInfer's own CPU FFN operators (its ggml, a checkout) here",
     "bench-solver": "placement solvers at paper scale",
     "bench-flash": "flash-offloaded FFN vs in DRAM (PowerInfer-2)",
@@ -65,7 +67,7 @@ TASKS = {
     "hybrid-local": "engine=hybrid measured on a GPU + its twin",
     "bench-hybrid": "engine=hybrid vs layer offload on a GPU, real-size shape + twin",
     "figure": "figures redrawn from MLflow runs",
-    "reproduce": "paper figures: sweep, figure, reproduction.md (--list, --quick)",
+    "reproduce": "paper figures: sweep, figure, the report in results/reproduction/ (--list, --quick)",
     "sync": "upload runs queued while the tracking server was down",
     "mlflow-server": "a shared MLflow server on PostgreSQL",
     "ui": "the command that opens MLflow's dashboard, and the link to the runs",

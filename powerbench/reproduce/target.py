@@ -100,7 +100,8 @@ class Target:
     published: tuple[Published, ...] = field(default_factory=tuple)
     simulated: bool = True  # False: measured on this machine (the figure says where)
     # the figure's table from a frame of runs as `mlflow.search_runs` returns them (what
-    # `published` reads), for runs that come from elsewhere (experiments/fit_efficiency.py)
+    # `published` reads), for runs that come from elsewhere (`powerbench sensitivity`'s
+    # re-costed runs: powerbench.tasks.calibration_set)
     table: Callable[[pd.DataFrame], pd.DataFrame] | None = None
 
     @property
