@@ -18,13 +18,16 @@ def doubling_counts(up_to: int) -> list[int]:
 
 @contextmanager
 def torch_threads(threads: int) -> Iterator[int]:
-    """`torch.set_num_threads(threads)` inside the block when threads > 0; yields the count."""
+    """`torch.set_num_threads(threads)` inside the block when threads > 0; yields the count.
+    The count is set, and set back after, only where it differs (a per-call use costs
+    nothing when it is already in effect, e.g. engine=hybrid's inline CPU part)."""
     import torch  # here, so the thread-count helpers import without torch
 
     previous = torch.get_num_threads()
-    if threads > 0:
+    if threads > 0 and threads != previous:
         torch.set_num_threads(threads)
     try:
         yield torch.get_num_threads()
     finally:
-        torch.set_num_threads(previous)
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)

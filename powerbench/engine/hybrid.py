@@ -173,12 +173,16 @@ class HybridFFN:
         if active == "predictor" and self.concurrent:
             for module in getattr(predictors, "predictors", []):
                 module.to(self.device)
-        self.cpu_part = cpu_part
         self.cpu_runner = CpuPartRunner(self.cpu_ops, self.device, _threads(cpu_threads),
                                         check=check, inline=cpu_part == "inline")
         self.calls = 0
         self._gpu_active: Tensor | int = 0  # GPU-only layers' share, counted on the device
         self.reset_timing(time_gpu_part)
+
+    @property
+    def cpu_part(self) -> str:
+        """Where the CPU part runs (engine.ffn.cpu_part): worker | inline."""
+        return "inline" if self.cpu_runner.inline else "worker"
 
     def reset_timing(self, time_gpu_part: bool = True) -> None:
         """Forget the decode-call timings (e.g. after a warm-up); `time_gpu_part`: record

@@ -41,7 +41,6 @@ is untouched).
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -224,9 +223,8 @@ class CpuPartRunner:
     def _run(self, part: Any, host_x: Tensor, host_union: Tensor | None, copied: Any,
              slot: tuple[Tensor, Any], decode: bool, choice: ThreadChoice) -> Tensor | None:
         threads = choice.current() if decode else max(choice.candidates)
-        if self.inline:  # the caller's count, set back afterwards (unless it is already so)
-            with (contextlib.nullcontext() if threads == torch.get_num_threads()
-                  else torch_threads(threads)):
+        if self.inline:  # the caller's count, set back afterwards (torch_threads)
+            with torch_threads(threads):
                 return self._compute(part, host_x, host_union, copied, slot, decode, choice,
                                      threads)
         if threads != self._worker_threads:
